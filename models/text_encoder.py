@@ -1,0 +1,52 @@
+"""A BERT-base-shaped transformer text encoder built from torch.nn (12 layers, d=768, 12 heads, FF 3072)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from optbench import register_model, text_classifier
+
+VOCAB = 30522
+SEQ_LEN = 128
+
+
+class TextEncoderClassifier(nn.Module):
+    def __init__(
+        self,
+        num_classes: int,
+        vocab_size: int = VOCAB,
+        d_model: int = 768,
+        layers: int = 12,
+        heads: int = 12,
+        ff: int = 3072,
+        max_len: int = 512,
+    ) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, d_model)
+        self.positions = nn.Embedding(max_len, d_model)
+        self.norm = nn.LayerNorm(d_model)
+        layer = nn.TransformerEncoderLayer(
+            d_model, heads, ff, dropout=0.1, activation="gelu", batch_first=True
+        )
+        # Nested tensors only help with padding masks, which this model does not use.
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, num_classes)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        h = self.norm(self.tokens(ids) + self.positions(positions))
+        h = self.encoder(h)
+        return self.head(h[:, 0])  # classify from the first token, as BERT does with [CLS]
+
+
+register_model(
+    text_classifier(
+        "bert_base_encoder",
+        lambda num_classes: TextEncoderClassifier(num_classes),
+        seq_len=SEQ_LEN,
+        vocab_size=VOCAB,
+        batch_sizes={"default": (8,), "full": (1, 8, 32)},
+        tags={"transformer"},
+    )
+)

@@ -1,0 +1,75 @@
+"""A Case is one cell of the matrix: model x technique x device x batch size x mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from optbench.devices import unavailable_reason
+from optbench.modelspec import MODELS, ModelSpec
+from optbench.techniques import TECHNIQUES, Technique
+
+BASELINE = "eager"
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    technique: str
+    device: str
+    batch_size: int
+    mode: str = "inference"
+    skip_reason: str | None = field(default=None, compare=False)
+
+    @property
+    def id(self) -> str:
+        suffix = "" if self.mode == "inference" else f"-{self.mode}"
+        return f"{self.model}-{self.technique}-{self.device}-bs{self.batch_size}{suffix}"
+
+    @property
+    def spec(self) -> ModelSpec:
+        return MODELS.get(self.model)
+
+    @property
+    def tech(self) -> Technique:
+        return TECHNIQUES.get(self.technique)
+
+    @property
+    def group(self) -> tuple[str, str, str, int]:
+        """Cases that share one eager baseline."""
+        return (self.model, self.device, self.mode, self.batch_size)
+
+    def baseline(self) -> Case:
+        return Case(self.model, BASELINE, self.device, self.batch_size, self.mode)
+
+
+@dataclass(frozen=True)
+class Selection:
+    models: list[str]
+    techniques: list[str]
+    devices: list[str]
+    batch_sizes: list[int] | None
+    """None: each model's batch sizes for the profile."""
+    profile: str
+
+
+def build_matrix(selection: Selection, mode: str) -> list[Case]:
+    """Every case of the selection, each eager baseline first in its group so speedups are measured
+    close in time. Unsupported cases stay in, with the reason they will be skipped."""
+    techniques = [t for t in selection.techniques if t == BASELINE] + [
+        t for t in selection.techniques if t != BASELINE
+    ]
+    cases = []
+    for model in selection.models:
+        spec = MODELS.get(model)
+        # A model named explicitly but not part of the profile runs at its default batch size.
+        batch_sizes = selection.batch_sizes or list(
+            spec.batch_sizes.get(selection.profile) or spec.batch_sizes.get("default") or (1,)
+        )
+        for device in selection.devices:
+            for batch_size in batch_sizes:
+                for technique in techniques:
+                    reason = unavailable_reason(device) or TECHNIQUES.get(technique).supports(
+                        spec, device, mode
+                    )
+                    cases.append(Case(model, technique, device, batch_size, mode, skip_reason=reason))
+    return cases

@@ -1,0 +1,52 @@
+"""The `optbench` command. Reading results needs no torch; exit codes: 0 ok, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from optbench.registry import UsageProblem
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+def _show(args: argparse.Namespace) -> int:
+    from optbench.results import load
+    from optbench.summary import comparison_table, skip_reasons
+
+    frame = load(args.path)
+    print(comparison_table(frame))
+    reasons = skip_reasons(frame)
+    if reasons:
+        print("\n" + reasons)
+    return EXIT_OK
+
+
+def _selfcheck(args: argparse.Namespace) -> int:
+    from optbench.selfcheck import main as selfcheck_main
+
+    return selfcheck_main(args.rest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="optbench", description="optbench results and checks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    show = sub.add_parser("show", help="print a run's comparison table (default: results/latest)")
+    show.add_argument("path", nargs="?", default="results/latest")
+    show.set_defaults(func=_show)
+    check = sub.add_parser(
+        "selfcheck", help="compare optbench's timing with torch.utils.benchmark", add_help=False
+    )
+    check.add_argument("rest", nargs=argparse.REMAINDER)
+    check.set_defaults(func=_selfcheck)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (FileNotFoundError, UsageProblem) as error:
+        print(f"optbench: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

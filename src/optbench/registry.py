@@ -1,0 +1,66 @@
+"""A name -> object registry shared by models and techniques."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class UsageProblem(Exception):
+    """Bad input from the user: shown as one line, never as a traceback."""
+
+
+class UnknownNameError(UsageProblem, KeyError):
+    """Raised for a name that is not registered; the message lists the valid names."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._origins: dict[str, str] = {}
+
+    def add(self, name: str, item: T, origin: str = "") -> T:
+        """Register `item`; registering the same name again from the same origin replaces it
+        (re-importing a file), from another origin is an error (two models would share one name)."""
+        if name in self._items and self._origins.get(name) != origin:
+            raise ValueError(
+                f"{self.kind} {name!r} is registered twice: {self._origins[name] or '?'} and {origin or '?'}"
+            )
+        self._items[name] = item
+        self._origins[name] = origin
+        return item
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise UnknownNameError(
+                f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self.names()) or '(none)'}"
+            ) from None
+
+    def names(self) -> list[str]:
+        return list(self._items)
+
+    def check(self, names: list[str]) -> None:
+        """Raise UnknownNameError naming every unknown name at once."""
+        unknown = [n for n in names if n not in self._items]
+        if unknown:
+            raise UnknownNameError(
+                f"unknown {self.kind}{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                f"valid {self.kind}s: {', '.join(self.names()) or '(none)'}"
+            )
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,187 @@
+"""Results: one row per case, appended to the run's CSV and JSONL as the run goes; read back with pandas.
+
+The columns are a public interface: keep them stable, and keep the README's table of them in step
+(a test checks that every column here is documented there).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+# (column, meaning). Order is the CSV's column order.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    # identity
+    ("run_id", "the run this row belongs to"),
+    ("case_id", "readable case id: model-technique-device-bsN (the pytest parameter id)"),
+    ("test", "the benchmark test that ran it (inference, ...)"),
+    ("model", "model name in the registry"),
+    ("task", "the model's task (image_classification, text_classification)"),
+    ("technique", "technique name in the registry"),
+    ("family", "technique family (baseline, precision, layout, compile, ...)"),
+    ("device", "cpu, cuda or mps"),
+    ("device_name", "CPU model or GPU name"),
+    ("mode", "inference (training comes later)"),
+    ("batch_size", "samples per call"),
+    ("input_shape", "one sample's input shape: 3xHxW for images, seqN for token sequences"),
+    ("resolution", "image side in pixels (empty for text models)"),
+    ("seq_len", "tokens per sequence (empty for image models)"),
+    ("dtype", "compute dtype the technique runs in"),
+    ("api", "the API that produced the prepared model (these APIs move fast)"),
+    ("selected", "False for an eager reference measured only because its case was deselected"),
+    # status
+    ("status", "passed, skipped, failed or oom"),
+    ("reason", "why a case was skipped or failed (exception type and message)"),
+    # speed
+    ("latency_ms_min", "fastest call, ms"),
+    ("latency_ms_median", "median call, ms: the number speedup and throughput use"),
+    ("latency_ms_mean", "mean call, ms"),
+    ("latency_ms_stddev", "standard deviation of calls, ms"),
+    ("latency_ms_iqr", "interquartile range of calls, ms"),
+    ("latency_ms_p90", "90th percentile call, ms"),
+    ("latency_ms_p99", "99th percentile call, ms"),
+    ("rounds", "timed calls"),
+    ("warmup_rounds", "untimed warm-up calls before them (after the first call)"),
+    ("rel_ci95", "half-width of the median's 95% confidence interval, as a fraction of the median"),
+    ("precision_met", "rel_ci95 within the profile's target precision"),
+    ("noisy", "IQR above 10% of the median: treat this row's latency with care"),
+    ("throughput", "samples per second at the median latency"),
+    ("speedup", "eager fp32 median / this median, same model, device, mode and batch, same run"),
+    ("baseline_case_id", "the eager case the speedup is against"),
+    ("baseline_latency_ms", "that eager case's median, ms"),
+    ("prepare_s", "seconds to apply the technique plus the first call (compilation happens there)"),
+    ("first_call_ms", "the first call alone, ms"),
+    # cost
+    (
+        "peak_mem_mb",
+        "peak memory during the case, MiB: process RSS high-water mark (cpu) or max allocated (cuda)",
+    ),
+    ("peak_mem_delta_mb", "peak_mem_mb minus the level when the case started, MiB"),
+    ("mem_source", "how peak memory was measured (cpu_rss_peak, cuda_max_allocated)"),
+    ("params", "parameters of the prepared model"),
+    ("nonzero_params", "parameters that are not zero"),
+    ("size_bytes", "bytes of torch.save(state_dict)"),
+    ("size_compressed_bytes", "those bytes after zlib (level 1)"),
+    ("flops_per_sample", "FLOPs of one sample's forward pass in the fp32 model (torch.utils.flop_counter)"),
+    ("gflops_per_s", "achieved GFLOP/s: flops_per_sample x throughput / 1e9"),
+    # context
+    ("threads", "torch.get_num_threads()"),
+    ("torch_version", "torch.__version__"),
+    ("torchvision_version", "torchvision version"),
+    ("python_version", "Python version"),
+    (
+        "machine_fingerprint",
+        "hash of CPU model, cores, memory and GPU: rows with equal fingerprints ran on alike machines",
+    ),
+    ("git_sha", "commit of the benchmark repository"),
+    ("model_code_hash", "hash of the file that registered the model"),
+    ("technique_code_hash", "hash of the file that defines the technique"),
+    ("timestamp", "when the case finished (UTC, ISO 8601)"),
+    ("duration_s", "wall time of the whole case: build, prepare, warm-up, timing, costs"),
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
+JSON_ONLY = ("samples_ms",)
+"""Columns written to the JSONL only: the raw per-round latencies."""
+
+STATUSES = ("passed", "skipped", "failed", "oom")
+
+_INT_COLUMNS = (
+    "batch_size",
+    "resolution",
+    "seq_len",
+    "rounds",
+    "warmup_rounds",
+    "threads",
+    "params",
+    "nonzero_params",
+    "size_bytes",
+    "size_compressed_bytes",
+    "flops_per_sample",
+)
+_BOOL_COLUMNS = ("selected", "precision_met", "noisy")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return value
+
+
+class ResultsWriter:
+    """Appends rows to results.csv and results.jsonl in a run folder, flushing after each row so an
+    interrupted run keeps every finished case."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.csv_path = self.run_dir / "results.csv"
+        self.jsonl_path = self.run_dir / "results.jsonl"
+        new = not self.csv_path.exists()
+        self._csv_file = self.csv_path.open("a", newline="", encoding="utf-8")
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=COLUMN_NAMES, extrasaction="ignore")
+        if new:
+            self._csv.writeheader()
+            self._csv_file.flush()
+        self._jsonl_file = self.jsonl_path.open("a", encoding="utf-8")
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        unknown = set(row) - set(COLUMN_NAMES) - set(JSON_ONLY)
+        if unknown:
+            raise KeyError(f"row has undocumented columns: {sorted(unknown)}")
+        full = {name: _clean(row.get(name)) for name in (*COLUMN_NAMES, *JSON_ONLY)}
+        self._csv.writerow({k: ("" if v is None else v) for k, v in full.items()})
+        self._csv_file.flush()
+        self._jsonl_file.write(json.dumps(full) + "\n")
+        self._jsonl_file.flush()
+
+    def close(self) -> None:
+        self._csv_file.close()
+        self._jsonl_file.close()
+
+
+def resolve(path: str | os.PathLike[str]) -> Path:
+    """A run folder, `results/latest`, or a results.csv/.jsonl file -> the file to read."""
+    p = Path(path)
+    if p.is_dir():
+        for name in ("results.jsonl", "results.csv"):
+            if (p / name).exists():
+                return p / name
+        raise FileNotFoundError(f"no results.csv or results.jsonl in {p}")
+    if not p.exists():
+        raise FileNotFoundError(f"no such results file or folder: {p}")
+    return p
+
+
+def load(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read one run's rows (a run folder, `results/latest`, results.csv or results.jsonl) as a DataFrame.
+
+    From JSONL the frame also has `samples_ms`, the raw per-round latencies."""
+    file = resolve(path)
+    if file.suffix == ".jsonl":
+        frame = pd.read_json(file, lines=True, dtype=False)
+        if frame.empty:
+            frame = pd.DataFrame(columns=[*COLUMN_NAMES, *JSON_ONLY])
+    else:
+        frame = pd.read_csv(file, keep_default_na=True)
+    for name in COLUMN_NAMES:
+        if name not in frame.columns:
+            frame[name] = pd.NA
+    for name in _INT_COLUMNS:
+        frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("Int64")
+    for name in _BOOL_COLUMNS:
+        frame[name] = (
+            frame[name]
+            .map(
+                lambda v: pd.NA if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) == "True"
+            )
+            .astype("boolean")
+        )
+    extra = [c for c in frame.columns if c not in COLUMN_NAMES]
+    return frame[[*COLUMN_NAMES, *extra]]

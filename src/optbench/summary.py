@@ -1,0 +1,54 @@
+"""The compact comparison printed at the end of a run: models down, techniques across."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+_SHORT_STATUS = {"skipped": "skip", "failed": "FAILED", "oom": "OOM"}
+
+
+def _cell(row: pd.Series) -> str:
+    if row["status"] != "passed":
+        return _SHORT_STATUS.get(row["status"], str(row["status"]))
+    speedup = row.get("speedup")
+    median = row["latency_ms_median"]
+    marks = "~" if row.get("noisy") else ""
+    if speedup is None or (isinstance(speedup, float) and math.isnan(speedup)):
+        return f"{median:.3g}ms{marks}"
+    return f"{speedup:.2f}x {median:.3g}ms{marks}"
+
+
+def comparison_table(frame: pd.DataFrame) -> str:
+    """One line per model/device/mode/batch, one column per technique: 'speedup median-latency'."""
+    if frame.empty:
+        return "(no cases)"
+    frame = frame.copy()
+    frame["cell"] = frame.apply(_cell, axis=1)
+    techniques = list(dict.fromkeys(frame["technique"]))
+    table = frame.pivot_table(
+        index=["model", "device", "mode", "batch_size"],
+        columns="technique",
+        values="cell",
+        aggfunc="last",
+        sort=False,
+    )
+    table = table.reindex(columns=techniques).fillna("-")
+    table.columns.name = None
+    text = table.reset_index().rename(columns={"batch_size": "bs"}).to_string(index=False)
+    legend = "cells: speedup vs eager fp32, then median latency; ~ noisy (IQR > 10% of median); skip/FAILED/OOM: see reasons"
+    return f"{text}\n{legend}"
+
+
+def skip_reasons(frame: pd.DataFrame) -> str:
+    """Skipped and failed cases grouped by reason, so nothing is dropped silently."""
+    lines: list[str] = []
+    if "reason" not in frame.columns:
+        return ""
+    for status in ("skipped", "failed", "oom"):
+        subset = frame[frame["status"] == status]
+        for reason, group in subset.groupby("reason", sort=False):
+            ids = ", ".join(group["case_id"])
+            lines.append(f"{status} ({len(group)}): {reason}\n    {ids}")
+    return "\n".join(lines)

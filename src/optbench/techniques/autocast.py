@@ -1,0 +1,62 @@
+"""Mixed precision through torch.autocast: bf16 (CPU and CUDA) and fp16 (CUDA AMP)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from optbench.modelspec import ModelSpec
+from optbench.techniques.base import Prepared, Technique, register_technique
+
+
+def _autocast_forward(model: nn.Module, device_type: str, dtype: torch.dtype) -> Callable[..., Any]:
+    def forward(*inputs: Any) -> Any:
+        # The context is entered on every call, as user code would: its cost belongs to the technique.
+        with torch.autocast(device_type=device_type, dtype=dtype):
+            return model(*inputs)
+
+    return forward
+
+
+@register_technique
+class Bf16Autocast(Technique):
+    name = "bf16_autocast"
+    family = "precision"
+    devices = frozenset({"cpu", "cuda", "mps"})
+    api = "torch.autocast"
+    description = "bfloat16 autocast: matmuls and convolutions in bf16, the rest in fp32"
+
+    def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:
+        if device == "cuda" and torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+            return "this CUDA device has no bfloat16 support"
+        return super().supports(spec, device, mode)
+
+    def apply(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device) -> Prepared:
+        return Prepared(
+            forward=_autocast_forward(model, device.type, torch.bfloat16),
+            inputs=inputs,
+            module=model,
+            dtype="bfloat16 (autocast)",
+            api=self.api,
+        )
+
+
+@register_technique
+class Fp16Autocast(Technique):
+    name = "fp16_autocast"
+    family = "precision"
+    devices = frozenset({"cuda", "mps"})
+    api = "torch.autocast (CUDA AMP)"
+    description = "float16 autocast, the classic CUDA AMP; on CPU use bf16_autocast instead"
+
+    def apply(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device) -> Prepared:
+        return Prepared(
+            forward=_autocast_forward(model, device.type, torch.float16),
+            inputs=inputs,
+            module=model,
+            dtype="float16 (autocast)",
+            api=self.api,
+        )

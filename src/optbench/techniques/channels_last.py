@@ -1,0 +1,27 @@
+"""channels_last (NHWC) memory format for convolution-heavy image models."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from optbench.modelspec import IMAGE, ModelSpec
+from optbench.techniques.base import Prepared, Technique, register_technique
+
+
+@register_technique
+class ChannelsLast(Technique):
+    name = "channels_last"
+    family = "layout"
+    api = "torch.channels_last"
+    description = "weights and inputs in NHWC layout, which oneDNN and cuDNN convolutions prefer"
+
+    def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:
+        if spec.task != IMAGE:
+            return "channels_last applies to 4-D image inputs only"
+        return super().supports(spec, device, mode)
+
+    def apply(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device) -> Prepared:
+        model = model.to(memory_format=torch.channels_last)
+        inputs = tuple(x.contiguous(memory_format=torch.channels_last) for x in inputs)
+        return Prepared(forward=model, inputs=inputs, module=model, dtype="float32", api=self.api)

@@ -1,0 +1,109 @@
+"""Latency measurement policy and statistics.
+
+A case is warmed up until its per-call time is stable enough to plan from, then timed for as many
+rounds as a stated precision needs, capped by a time budget. The precision actually reached is
+reported (rel_ci95) and a case whose spread is wide is flagged noisy instead of silently trusted.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy import stats
+
+# Asymptotic variance of the sample median relative to the mean for normal data is pi/2, so its
+# standard error is sqrt(pi/2) ~ 1.2533 times the mean's. Used to plan rounds from a pilot's spread.
+_MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
+_Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    warmup_s: float = 1.0
+    """Warm up for at least this long (after the first call, which is timed as preparation)."""
+    warmup_rounds: int = 3
+    """... and for at least this many calls."""
+    budget_s: float = 5.0
+    """Time the case for at most about this long (min_rounds wins for very slow calls)."""
+    min_rounds: int = 10
+    max_rounds: int = 2000
+    target_rel_ci: float = 0.02
+    """Aim: the 95% confidence interval of the median within +-2% of it."""
+    noisy_rel_iqr: float = 0.10
+    """Flag a case noisy when its IQR exceeds this fraction of its median."""
+
+    def with_overrides(
+        self, budget_s: float | None = None, target_rel_ci: float | None = None
+    ) -> TimingPolicy:
+        changes: dict[str, float] = {}
+        if budget_s is not None:
+            changes["budget_s"] = budget_s
+        if target_rel_ci is not None:
+            changes["target_rel_ci"] = target_rel_ci
+        return replace(self, **changes)
+
+
+def time_calls(call: Callable[[], object], rounds: int) -> list[float]:
+    """Bare perf_counter loop: seconds per call."""
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def warm_up(call: Callable[[], object], policy: TimingPolicy) -> list[float]:
+    """Call until both the minimum warm-up time and rounds have passed; return the pilot samples."""
+    samples: list[float] = []
+    started = time.perf_counter()
+    while len(samples) < policy.warmup_rounds or (
+        time.perf_counter() - started < policy.warmup_s and len(samples) < policy.max_rounds
+    ):
+        samples.extend(time_calls(call, 1))
+    return samples
+
+
+def plan_rounds(pilot: list[float], policy: TimingPolicy) -> int:
+    """Rounds needed for the target precision of the median, from the pilot's later half, within budget."""
+    tail = np.asarray(pilot[len(pilot) // 2 :] or pilot, dtype=float)
+    per_call = float(np.median(tail))
+    cv = float(np.std(tail) / np.mean(tail)) if len(tail) > 1 and np.mean(tail) > 0 else 0.0
+    needed = math.ceil((_Z95 * _MEDIAN_SE_FACTOR * cv / policy.target_rel_ci) ** 2)
+    affordable = int(policy.budget_s / per_call) if per_call > 0 else policy.max_rounds
+    return int(min(policy.max_rounds, max(policy.min_rounds, min(needed, affordable))))
+
+
+def median_rel_ci95(samples_s: np.ndarray) -> float:
+    """Half-width of the distribution-free 95% CI of the median, relative to the median (NaN under ~6 samples)."""
+    med = float(np.median(samples_s))
+    if len(samples_s) < 6 or med <= 0:
+        return float("nan")
+    ci = stats.quantile_test(samples_s, q=med, p=0.5).confidence_interval(0.95)
+    return float((ci.high - ci.low) / 2 / med)
+
+
+def latency_stats(samples_s: list[float], policy: TimingPolicy) -> dict[str, float | int | bool]:
+    """The latency columns of a row, in milliseconds, from per-call samples in seconds."""
+    x = np.asarray(samples_s, dtype=float)
+    q25, q50, q75, p90, p99 = np.percentile(x, [25, 50, 75, 90, 99])
+    rel_ci = median_rel_ci95(x)
+    rel_iqr = (q75 - q25) / q50 if q50 > 0 else float("inf")
+    return {
+        "latency_ms_min": float(x.min() * 1e3),
+        "latency_ms_median": float(q50 * 1e3),
+        "latency_ms_mean": float(x.mean() * 1e3),
+        "latency_ms_stddev": float(x.std(ddof=1) * 1e3) if len(x) > 1 else 0.0,
+        "latency_ms_iqr": float((q75 - q25) * 1e3),
+        "latency_ms_p90": float(p90 * 1e3),
+        "latency_ms_p99": float(p99 * 1e3),
+        "rounds": len(x),
+        "rel_ci95": rel_ci,
+        # NaN (too few rounds for a 95% interval) counts as not met.
+        "precision_met": bool(rel_ci <= policy.target_rel_ci),
+        "noisy": bool(rel_iqr > policy.noisy_rel_iqr),
+    }

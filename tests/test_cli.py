@@ -1,0 +1,57 @@
+import subprocess
+import sys
+
+from optbench.cli import main
+from optbench.results import ResultsWriter
+
+
+def test_show_prints_the_comparison_table(tmp_path, capsys):
+    writer = ResultsWriter(tmp_path)
+    base = {"run_id": "r", "model": "m", "device": "cpu", "mode": "inference", "batch_size": 2}
+    writer.append(
+        {
+            **base,
+            "case_id": "m-eager-cpu-bs2",
+            "technique": "eager",
+            "status": "passed",
+            "latency_ms_median": 10.0,
+            "speedup": 1.0,
+            "noisy": False,
+        }
+    )
+    writer.append(
+        {
+            **base,
+            "case_id": "m-bf16_autocast-cpu-bs2",
+            "technique": "bf16_autocast",
+            "status": "passed",
+            "latency_ms_median": 5.0,
+            "speedup": 2.0,
+            "noisy": True,
+        }
+    )
+    writer.append(
+        {
+            **base,
+            "case_id": "m-fp16_autocast-cpu-bs2",
+            "technique": "fp16_autocast",
+            "status": "skipped",
+            "reason": "no fp16 on cpu",
+        }
+    )
+    writer.close()
+    assert main(["show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.lstrip().startswith("m "))
+    assert "1.00x 10ms" in row and "2.00x 5ms~" in row and "skip" in row
+    assert "skipped (1): no fp16 on cpu" in out
+
+
+def test_show_on_a_missing_path_is_one_line_and_exit_code_2(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "optbench.cli", "show", str(tmp_path / "none")], capture_output=True, text=True
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"optbench: error: no such results file or folder: {tmp_path / 'none'}"
+    ]

@@ -1,0 +1,196 @@
+"""`pytest bench/` as a user runs it, in a subprocess: selection, bad input, the smoke run's table,
+and a user's own models and techniques folders."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from optbench.results import load
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_bench(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def collected_ids(*args: str) -> list[str]:
+    out = run_bench("bench/", "--collect-only", "-q", *args)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return [
+        line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines() if "::test_inference[" in line
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--models", "bogus"], "ERROR: unknown model 'bogus'; valid models: "),
+        (["--techniques", "eager,nope"], "ERROR: unknown technique 'nope'; valid techniques: "),
+        (["--devices", "tpu"], "ERROR: unknown device 'tpu'; valid devices: cpu, cuda, mps"),
+        (["--profile", "huge"], "ERROR: unknown profile 'huge'; valid profiles: smoke, default, full"),
+        (["--batch-sizes", "0"], "ERROR: --batch-sizes takes positive whole numbers"),
+    ],
+)
+def test_bad_names_are_one_line_usage_errors(args, message):
+    out = run_bench("bench/", *args)
+    assert out.returncode == pytest.ExitCode.USAGE_ERROR
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(message), lines
+    assert "Traceback" not in out.stderr
+
+
+def test_selection_options_keyword_and_markers():
+    ids = collected_ids("--models", "resnet18,vit_b_16", "--techniques", "eager,compile", "--devices", "cpu")
+    assert ids == [
+        "resnet18-eager-cpu-bs8",
+        "resnet18-compile-cpu-bs8",
+        "vit_b_16-eager-cpu-bs8",
+        "vit_b_16-compile-cpu-bs8",
+    ]
+    assert collected_ids("-k", "resnet18 and bf16") == ["resnet18-bf16_autocast-cpu-bs8"]
+    with_cuda = collected_ids("--models", "resnet18", "--techniques", "eager", "--devices", "cpu,cuda")
+    assert with_cuda == ["resnet18-eager-cpu-bs8", "resnet18-eager-cuda-bs8"]
+    assert collected_ids(
+        "--models", "resnet18", "--techniques", "eager", "--devices", "cpu,cuda", "-m", "not cuda"
+    ) == ["resnet18-eager-cpu-bs8"]
+    assert collected_ids("--models", "resnet18", "-m", "precision", "--batch-sizes", "1,4") == [
+        "resnet18-bf16_autocast-cpu-bs1",
+        "resnet18-fp16_autocast-cpu-bs1",
+        "resnet18-bf16_autocast-cpu-bs4",
+        "resnet18-fp16_autocast-cpu-bs4",
+    ]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    out = run_bench("bench/", "--profile", "smoke", "--results-dir", str(results), "--run-id", "smoke")
+    return out, results
+
+
+SMOKE_IDS = {
+    f"{model}-{tech}-cpu-bs{bs}"
+    for model, bs in (("resnet18", 2), ("lstm_classifier", 4))
+    for tech in ("eager", "channels_last", "bf16_autocast", "fp16_autocast", "compile")
+}
+
+
+def test_smoke_profile_writes_one_sane_row_per_case(smoke_run):
+    out, results = smoke_run
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    frame = load(results / "latest")
+    assert (results / "latest").resolve() == (results / "runs" / "smoke").resolve()
+    assert set(frame["case_id"]) == SMOKE_IDS and len(frame) == len(SMOKE_IDS)
+    assert set(frame["run_id"]) == {"smoke"}
+
+    passed = frame[frame["status"] == "passed"]
+    skipped = frame[frame["status"] == "skipped"]
+    assert set(frame["status"]) == {"passed", "skipped"}
+    assert (passed["latency_ms_min"] > 0).all() and (
+        passed["latency_ms_median"] >= passed["latency_ms_min"]
+    ).all()
+    assert (passed["throughput"] > 0).all() and (passed["speedup"] > 0).all()
+    assert (passed["rounds"] >= 8).all() and (passed["params"] > 0).all() and (passed["size_bytes"] > 0).all()
+    assert (passed["flops_per_sample"] > 0).all() and (passed["prepare_s"] > 0).all()
+    eager = passed[passed["technique"] == "eager"]
+    assert len(eager) == 2 and (eager["speedup"] == 1.0).all()
+    assert set(skipped["case_id"]) == {
+        "resnet18-fp16_autocast-cpu-bs2",
+        "lstm_classifier-fp16_autocast-cpu-bs4",
+        "lstm_classifier-channels_last-cpu-bs4",
+    }
+    assert skipped["reason"].str.len().gt(10).all()
+    compiled = passed.set_index("case_id").loc["resnet18-compile-cpu-bs2"]
+    assert compiled["prepare_s"] > compiled["latency_ms_median"] / 1e3  # compiling costs more than a call
+
+
+def test_smoke_run_prints_the_table_and_writes_pytest_benchmark_json(smoke_run):
+    out, results = smoke_run
+    assert "optbench: speedup vs eager fp32" in out.stdout
+    table_line = next(line for line in out.stdout.splitlines() if line.lstrip().startswith("resnet18"))
+    assert "1.00x" in table_line and "skip" in table_line
+    assert "fp16_autocast does not run on cpu" in out.stdout
+    data = json.loads((results / "runs" / "smoke" / "benchmark.json").read_text())
+    names = {b["name"] for b in data["benchmarks"]}
+    assert "test_inference[resnet18-eager-cpu-bs2]" in names
+    first = next(b for b in data["benchmarks"] if b["name"] == "test_inference[resnet18-eager-cpu-bs2]")
+    assert first["extra_info"]["speedup"] == 1.0 and first["stats"]["rounds"] == len(first["stats"]["data"])
+
+
+USER_MODEL = """
+from torch import nn
+from optbench import image_classifier, register_model
+
+register_model(image_classifier(
+    "my_net",
+    lambda num_classes: nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                      nn.Linear(8, num_classes)),
+    resolution=16,
+))
+"""
+
+USER_TECHNIQUE = """
+from optbench import Technique, register_technique
+
+@register_technique
+class Explode(Technique):
+    name = "explode"
+    family = "precision"
+    api = "user"
+
+    def apply(self, model, inputs, device):
+        raise RuntimeError("this technique always fails")
+"""
+
+USER_BENCH = """
+import pytest
+
+@pytest.mark.optbench(mode="inference")
+def test_inference(optbench_case, optbench_run):
+    optbench_run(optbench_case)
+"""
+
+
+def test_users_own_models_and_techniques_join_the_matrix(tmp_path):
+    for rel, text in {
+        "models/my_net.py": USER_MODEL,
+        "techniques/explode.py": USER_TECHNIQUE,
+        "bench/test_inference.py": USER_BENCH,
+    }.items():
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text(textwrap.dedent(text))
+    out = run_bench(
+        "bench/",
+        "--models",
+        "my_net",
+        "--techniques",
+        "explode,eager,channels_last",
+        "--profile",
+        "smoke",
+        "--time-budget",
+        "0.2",
+        cwd=tmp_path,
+    )
+    assert out.returncode == pytest.ExitCode.TESTS_FAILED, out.stdout + out.stderr
+    assert "my_net-explode-cpu-bs2: failed: RuntimeError: this technique always fails" in out.stdout
+    frame = pd.read_csv(tmp_path / "results" / "latest" / "results.csv").set_index("case_id")
+    assert frame["status"].to_dict() == {
+        "my_net-eager-cpu-bs2": "passed",
+        "my_net-explode-cpu-bs2": "failed",
+        "my_net-channels_last-cpu-bs2": "passed",
+    }
+    assert frame.loc["my_net-explode-cpu-bs2", "reason"] == "RuntimeError: this technique always fails"

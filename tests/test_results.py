@@ -1,0 +1,76 @@
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from optbench.results import COLUMN_NAMES, ResultsWriter, load
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _row(**kw):
+    row = {
+        "run_id": "r1",
+        "case_id": "m-eager-cpu-bs2",
+        "model": "m",
+        "technique": "eager",
+        "status": "passed",
+        "batch_size": 2,
+        "latency_ms_median": 1.5,
+        "selected": True,
+        "noisy": False,
+        "samples_ms": [1.4, 1.5, 1.6],
+    }
+    row.update(kw)
+    return row
+
+
+def test_rows_are_on_disk_before_the_writer_is_closed(tmp_path):
+    writer = ResultsWriter(tmp_path / "run")
+    writer.append(_row())
+    writer.append(
+        _row(
+            case_id="m-bf16-cpu-bs2",
+            technique="bf16",
+            status="failed",
+            reason="RuntimeError: boom",
+            latency_ms_median=float("nan"),
+        )
+    )
+    # Not closed: an interrupted run must still have every finished row.
+    frame = load(tmp_path / "run" / "results.csv")
+    assert list(frame["case_id"]) == ["m-eager-cpu-bs2", "m-bf16-cpu-bs2"]
+    assert list(frame.columns[: len(COLUMN_NAMES)]) == list(COLUMN_NAMES)
+    assert frame["batch_size"].dtype == "Int64"
+    assert frame["selected"].tolist() == [True, True]
+    assert pd.isna(frame.loc[1, "latency_ms_median"])
+    assert frame.loc[1, "reason"] == "RuntimeError: boom"
+    lines = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["samples_ms"] == [1.4, 1.5, 1.6]
+    assert json.loads(lines[1])["latency_ms_median"] is None  # NaN is written as null, valid JSON
+    writer.close()
+
+
+def test_load_accepts_a_run_folder_and_reads_samples_from_jsonl(tmp_path):
+    writer = ResultsWriter(tmp_path)
+    writer.append(_row())
+    writer.close()
+    frame = load(tmp_path)
+    assert frame.loc[0, "samples_ms"] == [1.4, 1.5, 1.6]
+    assert frame.loc[0, "selected"] == True  # noqa: E712 (pandas boolean)
+    with pytest.raises(FileNotFoundError, match="no such results file or folder"):
+        load(tmp_path / "nowhere")
+
+
+def test_undocumented_columns_are_rejected(tmp_path):
+    writer = ResultsWriter(tmp_path)
+    with pytest.raises(KeyError, match="undocumented"):
+        writer.append(_row(surprise=1))
+
+
+def test_every_column_is_documented_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", readme, flags=re.M))
+    assert set(COLUMN_NAMES) <= documented, sorted(set(COLUMN_NAMES) - documented)

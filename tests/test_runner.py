@@ -1,0 +1,116 @@
+"""CaseRunner on a tiny model: rows, speedup, references, failures. Timing budgets are tiny."""
+
+import math
+
+import pytest
+import torch
+
+from optbench.case import Case
+from optbench.results import ResultsWriter, load
+from optbench.runner import CaseFailed, CaseRunner, RunState
+from optbench.techniques import Prepared, Technique, register_technique
+from optbench.timing import TimingPolicy
+
+FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=2, budget_s=0.05, min_rounds=6, max_rounds=50)
+
+
+@register_technique
+class ExplodesInApply(Technique):
+    name = "test_explodes"
+    family = "precision"
+    api = "test"
+
+    def apply(self, model, inputs, device):
+        raise RuntimeError("conversion failed on purpose")
+
+
+@register_technique
+class ExplodesOnCall(Technique):
+    name = "test_explodes_on_call"
+    family = "precision"
+    api = "test"
+
+    def apply(self, model, inputs, device):
+        def forward(*args):
+            raise ValueError("kernel missing")
+
+        return Prepared(forward=forward, inputs=inputs, module=model)
+
+
+@pytest.fixture
+def state(tmp_path, registries):
+    return RunState(run_id="t", writer=ResultsWriter(tmp_path), timing=FAST)
+
+
+def test_baseline_row_has_speedup_exactly_one_and_sane_values(state, tmp_path):
+    row = CaseRunner(state).run(Case("tiny_mlp", "eager", "cpu", 2))
+    assert row["status"] == "passed"
+    assert row["speedup"] == 1.0
+    assert row["baseline_case_id"] == "tiny_mlp-eager-cpu-bs2"
+    assert 0 < row["latency_ms_min"] <= row["latency_ms_median"] <= row["latency_ms_p99"]
+    assert row["rounds"] >= FAST.min_rounds and len(row["samples_ms"]) == row["rounds"]
+    assert row["throughput"] == pytest.approx(2 / (row["latency_ms_median"] / 1e3))
+    assert (
+        row["params"] == 3 * 8 * 8 * 32 + 32 + 32 * 10 + 10 == row["nonzero_params"]
+        or row["nonzero_params"] <= row["params"]
+    )
+    assert row["size_bytes"] > row["params"] * 4
+    assert row["flops_per_sample"] == 2 * (192 * 32 + 32 * 10)
+    assert row["gflops_per_s"] == pytest.approx(row["flops_per_sample"] * row["throughput"] / 1e9)
+    assert row["prepare_s"] > 0 and row["first_call_ms"] > 0
+    assert row["threads"] == torch.get_num_threads()
+    assert row["peak_mem_mb"] is None or row["peak_mem_mb"] > 0
+    assert load(tmp_path).loc[0, "speedup"] == 1.0
+
+
+def test_speedup_is_baseline_median_over_case_median(state):
+    runner = CaseRunner(state)
+    base = runner.run(Case("tiny_mlp", "eager", "cpu", 2))
+    other = runner.run(Case("tiny_mlp", "bf16_autocast", "cpu", 2))
+    assert other["baseline_latency_ms"] == base["latency_ms_median"]
+    assert other["speedup"] == pytest.approx(base["latency_ms_median"] / other["latency_ms_median"])
+    assert other["dtype"] == "bfloat16 (autocast)"
+
+
+def test_deselected_baseline_is_measured_as_a_reference_row(state):
+    row = CaseRunner(state).run(Case("tiny_mlp", "channels_last", "cpu", 2))
+    assert [r["case_id"] for r in state.rows] == ["tiny_mlp-eager-cpu-bs2", "tiny_mlp-channels_last-cpu-bs2"]
+    assert state.rows[0]["selected"] is False and state.rows[1]["selected"] is True
+    assert math.isfinite(row["speedup"]) and row["speedup"] > 0
+
+
+def test_failing_technique_becomes_a_failed_row_and_the_run_goes_on(state, tmp_path):
+    runner = CaseRunner(state)
+    with pytest.raises(CaseFailed, match="RuntimeError: conversion failed on purpose"):
+        runner.run(Case("tiny_mlp", "test_explodes", "cpu", 2))
+    with pytest.raises(CaseFailed, match="ValueError: kernel missing"):
+        runner.run(Case("tiny_mlp", "test_explodes_on_call", "cpu", 2))
+    after = runner.run(Case("tiny_mlp", "bf16_autocast", "cpu", 2))
+    assert after["status"] == "passed"
+    frame = load(tmp_path)
+    assert frame.set_index("case_id")["status"].to_dict() == {
+        "tiny_mlp-eager-cpu-bs2": "passed",
+        "tiny_mlp-test_explodes-cpu-bs2": "failed",
+        "tiny_mlp-test_explodes_on_call-cpu-bs2": "failed",
+        "tiny_mlp-bf16_autocast-cpu-bs2": "passed",
+    }
+    assert frame.set_index("case_id").loc["tiny_mlp-test_explodes-cpu-bs2", "reason"] == (
+        "RuntimeError: conversion failed on purpose"
+    )
+
+
+def test_skipped_case_is_a_row_with_its_reason(state):
+    row = CaseRunner(state).run(Case("tiny_mlp", "fp16_autocast", "cpu", 2, skip_reason="no fp16 here"))
+    assert row["status"] == "skipped" and row["reason"] == "no fp16 here"
+    assert state.rows == [row]
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device (none here): CUDA timing path unverified"
+)
+def test_cuda_case_synchronizes_and_reports_cuda_memory(state):
+    runner = CaseRunner(state)
+    runner.run(Case("tiny_mlp", "eager", "cuda", 2))
+    row = runner.run(Case("tiny_mlp", "fp16_autocast", "cuda", 2))
+    assert row["status"] == "passed" and row["mem_source"] == "cuda_max_allocated"
+    assert row["peak_mem_mb"] > 0 and row["speedup"] > 0
