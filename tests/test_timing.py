@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from optbench.timing import TimingPolicy, latency_stats, median_rel_ci95, plan_rounds, warm_up
+from optbench.timing import TimingPolicy, latency_stats, median_rel_ci95, plan_rounds, settled, warm_up
 
 
 def test_latency_stats_in_milliseconds():
@@ -44,7 +44,26 @@ def test_plan_rounds_follows_spread_and_budget():
     assert plan_rounds([2.0] * 4, policy) == 5
 
 
-def test_warm_up_runs_at_least_the_minimum_rounds():
+def test_warm_up_runs_at_least_the_minimum_rounds_and_until_settled():
     calls = []
-    pilot = warm_up(lambda: calls.append(1), TimingPolicy(warmup_s=0.0, warmup_rounds=4))
-    assert len(pilot) == len(calls) == 4
+    pilot = warm_up(lambda: calls.append(1), TimingPolicy(warmup_s=0.0, warmup_rounds=7))
+    assert len(pilot) == len(calls) == 7
+
+
+def test_settled_waits_for_calls_to_stop_getting_faster():
+    slow_start = [0.096, 0.098, 0.094, 0.081, 0.059, 0.080]
+    assert not settled(slow_start)
+    assert not settled([*slow_start, 0.057, 0.059, 0.058])
+    assert settled([*slow_start, 0.057, 0.059, 0.058, 0.058, 0.060, 0.057])
+    assert settled([0.05] * 6) and not settled([0.05] * 5)
+
+
+def test_warm_up_keeps_going_while_calls_get_faster(monkeypatch):
+    import optbench.timing as timing
+
+    durations = iter(
+        [0.096, 0.098, 0.094, 0.081, 0.059, 0.080, 0.057, 0.059, 0.058, 0.058, 0.060, 0.057] + [0.058] * 50
+    )
+    monkeypatch.setattr(timing, "time_calls", lambda call, rounds: [next(durations)])
+    pilot = warm_up(lambda: None, TimingPolicy(warmup_s=0.0, warmup_rounds=3))
+    assert len(pilot) == 10  # the 10th call is the first whose window is no faster than the one before

@@ -20,17 +20,38 @@ PROFILES: dict[str, Profile] = {
         Profile(
             "smoke",
             "a few small models, every technique, short timing: checks the harness in about a minute",
-            TimingPolicy(warmup_s=0.3, warmup_rounds=2, budget_s=1.0, min_rounds=8, target_rel_ci=0.05),
+            TimingPolicy(
+                warmup_s=0.3,
+                warmup_rounds=2,
+                warmup_max_s=3.0,
+                budget_s=1.0,
+                min_rounds=8,
+                target_rel_ci=0.05,
+            ),
         ),
         Profile(
             "default",
             "the whole zoo at one batch size, 5 s of timing per case",
-            TimingPolicy(warmup_s=1.0, warmup_rounds=3, budget_s=5.0, min_rounds=10, target_rel_ci=0.02),
+            TimingPolicy(
+                warmup_s=1.0,
+                warmup_rounds=3,
+                warmup_max_s=10.0,
+                budget_s=5.0,
+                min_rounds=10,
+                target_rel_ci=0.02,
+            ),
         ),
         Profile(
             "full",
             "the whole zoo at latency, default and throughput batch sizes, 15 s of timing per case",
-            TimingPolicy(warmup_s=2.0, warmup_rounds=5, budget_s=15.0, min_rounds=20, target_rel_ci=0.01),
+            TimingPolicy(
+                warmup_s=2.0,
+                warmup_rounds=5,
+                warmup_max_s=20.0,
+                budget_s=15.0,
+                min_rounds=20,
+                target_rel_ci=0.01,
+            ),
         ),
     )
 }

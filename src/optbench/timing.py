@@ -27,6 +27,8 @@ class TimingPolicy:
     """Warm up for at least this long (after the first call, which is timed as preparation)."""
     warmup_rounds: int = 3
     """... and for at least this many calls."""
+    warmup_max_s: float = 10.0
+    """... and past that until calls stop getting faster, for at most this long."""
     budget_s: float = 5.0
     """Time the case for at most about this long (min_rounds wins for very slow calls)."""
     min_rounds: int = 10
@@ -57,15 +59,34 @@ def time_calls(call: Callable[[], object], rounds: int) -> list[float]:
     return samples
 
 
+_SETTLE_WINDOW = 3
+_SETTLE_GAIN = 0.05
+
+
+def settled(samples: list[float]) -> bool:
+    """True once the last few calls are no longer clearly faster than the few before them.
+
+    First calls of a fresh model on CPU can run 1.5x slower for a second or more (allocator, kernel
+    caches); a fixed warm-up time would let that leak into the timed rounds."""
+    if len(samples) < 2 * _SETTLE_WINDOW:
+        return False
+    last = float(np.median(samples[-_SETTLE_WINDOW:]))
+    before = float(np.median(samples[-2 * _SETTLE_WINDOW : -_SETTLE_WINDOW]))
+    return last >= before * (1 - _SETTLE_GAIN)
+
+
 def warm_up(call: Callable[[], object], policy: TimingPolicy) -> list[float]:
-    """Call until both the minimum warm-up time and rounds have passed; return the pilot samples."""
+    """Call until the minimum warm-up time and rounds have passed and the calls have settled (or
+    warmup_max_s ran out); return the warm-up samples, which serve as the pilot for plan_rounds."""
     samples: list[float] = []
     started = time.perf_counter()
-    while len(samples) < policy.warmup_rounds or (
-        time.perf_counter() - started < policy.warmup_s and len(samples) < policy.max_rounds
-    ):
+    while True:
         samples.extend(time_calls(call, 1))
-    return samples
+        elapsed = time.perf_counter() - started
+        if len(samples) >= policy.max_rounds or elapsed >= policy.warmup_max_s:
+            return samples
+        if len(samples) >= policy.warmup_rounds and elapsed >= policy.warmup_s and settled(samples):
+            return samples
 
 
 def plan_rounds(pilot: list[float], policy: TimingPolicy) -> int:
