@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from optbench import register_model, text_classifier
+from optbench.modelspec import TrainRecipe
 
 VOCAB = 1000
 SEQ_LEN = 64
@@ -31,6 +32,8 @@ register_model(
         lambda num_classes: LSTMClassifier(num_classes),
         seq_len=SEQ_LEN,
         vocab_size=VOCAB,
+        task_seq_len=32,
+        recipe=TrainRecipe(target_top1=0.9, max_epochs=8, lr=1e-2),
         batch_sizes={"smoke": (4,), "default": (32,), "full": (1, 32, 128)},
         tags={"rnn"},
     )

@@ -23,11 +23,19 @@ class TinyMLP(nn.Module):
 @pytest.fixture(scope="session")
 def registries():
     """The zoo and built-in techniques, plus a tiny image model for fast tests."""
-    from optbench.modelspec import MODELS, image_classifier, load_zoo, register_model
+    from optbench.modelspec import MODELS, TrainRecipe, image_classifier, load_zoo, register_model
     from optbench.techniques import TECHNIQUES, load_techniques
 
     load_techniques()
     load_zoo()
     if "tiny_mlp" not in MODELS:
-        register_model(image_classifier("tiny_mlp", TinyMLP, resolution=8, batch_sizes={"smoke": (2,)}))
+        register_model(
+            image_classifier(
+                "tiny_mlp",
+                TinyMLP,
+                resolution=8,
+                batch_sizes={"smoke": (2,)},
+                recipe=TrainRecipe(target_top1=0.9, max_epochs=20, lr=3e-3, batch_size=32),
+            )
+        )
     return MODELS, TECHNIQUES

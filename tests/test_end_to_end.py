@@ -4,6 +4,7 @@ and a user's own models and techniques folders."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,13 +18,19 @@ from optbench.results import load
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_bench(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+def run_bench(
+    *args: str, cwd: Path = ROOT, timeout: int = 900, cache: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if cache is not None:
+        env["OPTBENCH_CACHE"] = str(cache)  # trained checkpoints go to the test's folder, not the user's
     return subprocess.run(
         [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider"],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
 
 
@@ -43,6 +50,9 @@ def collected_ids(*args: str) -> list[str]:
         (["--devices", "tpu"], "ERROR: unknown device 'tpu'; valid devices: cpu, cuda, mps"),
         (["--profile", "huge"], "ERROR: unknown profile 'huge'; valid profiles: smoke, default, full"),
         (["--batch-sizes", "0"], "ERROR: --batch-sizes takes positive whole numbers"),
+        (["--weights", "best"], "ERROR: unknown weights 'best'; valid weights: random, trained, pretrained"),
+        (["--data-dir", "/no/such/dir"], "ERROR: --data-dir /no/such/dir does not exist"),
+        (["--accuracy-floor", "2"], "ERROR: --accuracy-floor takes a fraction in (0, 1]"),
     ],
 )
 def test_bad_names_are_one_line_usage_errors(args, message):
@@ -51,6 +61,21 @@ def test_bad_names_are_one_line_usage_errors(args, message):
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(message), lines
     assert "Traceback" not in out.stderr
+
+
+def test_pretrained_weights_offline_name_the_file_and_where(tmp_path):
+    env_home = {"TORCH_HOME": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "bench/", "--weights", "pretrained", "--models", "resnet18", "-p",
+         "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env_home},
+    )  # fmt: skip
+    assert out.returncode == pytest.ExitCode.USAGE_ERROR
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+    assert lines == [
+        f"ERROR: --weights pretrained: resnet18 needs resnet18-f37072fd.pth in {tmp_path}/hub/checkpoints "
+        "(nothing is downloaded; copy the file there, or use --weights trained)"
+    ]
 
 
 def test_selection_options_keyword_and_markers():
@@ -78,8 +103,10 @@ def test_selection_options_keyword_and_markers():
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
-    out = run_bench("bench/", "--profile", "smoke", "--results-dir", str(results), "--run-id", "smoke")
-    return out, results
+    cache = tmp_path_factory.mktemp("cache")
+    args = ("bench/", "--profile", "smoke", "--results-dir", str(results), "--run-id", "smoke")
+    out = run_bench(*args, cache=cache)
+    return out, results, cache, args
 
 
 SMOKE_IDS = {
@@ -90,7 +117,7 @@ SMOKE_IDS = {
 
 
 def test_smoke_profile_writes_one_sane_row_per_case(smoke_run):
-    out, results = smoke_run
+    out, results, _, _ = smoke_run
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     frame = load(results / "latest")
     assert (results / "latest").resolve() == (results / "runs" / "smoke").resolve()
@@ -118,8 +145,37 @@ def test_smoke_profile_writes_one_sane_row_per_case(smoke_run):
     assert compiled["prepare_s"] > compiled["latency_ms_median"] / 1e3  # compiling costs more than a call
 
 
+def test_smoke_rows_carry_accuracy_fidelity_and_status(smoke_run):
+    out, results, cache, args = smoke_run
+    frame = load(results / "runs" / "smoke").set_index("case_id")
+    passed = frame[frame["status"] == "passed"]
+    assert (passed["weights"] == "trained").all() and passed["weights_source"].str.contains(
+        "cache miss"
+    ).all()
+    assert set(passed["input_shape"]) == {"3x32x32", "seq32"}  # trained weights run at the task's shape
+    assert (passed["eval_samples"] > 0).all() and (passed["top1"] > 0.5).all()
+    assert (passed["top1"] >= 0.99 * passed["top1_fp32"]).all()
+    for column in ("agreement", "max_abs_error", "mean_abs_error", "cosine_similarity", "top1_ratio"):
+        assert passed[column].notna().all(), column
+    eager = passed[passed["technique"] == "eager"]
+    assert (eager["agreement"] == 1.0).all() and (eager["max_abs_error"] == 0).all()
+    assert (passed.loc[passed["technique"] == "bf16_autocast", "max_abs_error"] > 0).all()
+    assert len(list((cache / "checkpoints").glob("*.pt"))) == 2
+
+
+def test_second_run_loads_the_cached_checkpoints(smoke_run, tmp_path):
+    out, results, cache, args = smoke_run
+    again = run_bench(*args[:-2], "--run-id", "again", "--techniques", "eager", cache=cache)
+    assert again.returncode == 0, again.stdout[-2000:]
+    frame = load(results / "runs" / "again")
+    assert frame["weights_source"].str.contains("cache hit").all()
+    first = load(results / "runs" / "smoke").set_index("case_id")
+    for _, row in frame.iterrows():  # same weights, same held-out predictions
+        assert row["top1"] == first.loc[row["case_id"], "top1"]
+
+
 def test_smoke_run_prints_the_table_and_writes_pytest_benchmark_json(smoke_run):
-    out, results = smoke_run
+    out, results, _, _ = smoke_run
     assert "optbench: speedup vs eager fp32" in out.stdout
     table_line = next(line for line in out.stdout.splitlines() if line.lstrip().startswith("resnet18"))
     assert "1.00x" in table_line and "skip" in table_line
@@ -194,3 +250,29 @@ def test_users_own_models_and_techniques_join_the_matrix(tmp_path):
         "my_net-channels_last-cpu-bs2": "passed",
     }
     assert frame.loc["my_net-explode-cpu-bs2", "reason"] == "RuntimeError: this technique always fails"
+
+
+def test_user_data_dir_trains_and_evaluates_on_the_users_split(tmp_path):
+    from PIL import Image
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "models" / "my_net.py").write_text(textwrap.dedent(USER_MODEL))
+    (tmp_path / "bench" / "test_inference.py").write_text(textwrap.dedent(USER_BENCH))
+    data = tmp_path / "data"
+    for split, count in (("train", 24), ("val", 6)):
+        for name, color in (("red", (220, 20, 20)), ("blue", (20, 20, 220))):
+            (data / split / name).mkdir(parents=True)
+            for i in range(count):
+                Image.new("RGB", (24, 24), tuple(min(255, c + 3 * i) for c in color)).save(
+                    data / split / name / f"{i}.png"
+                )
+    out = run_bench("bench/", "--models", "my_net", "--techniques", "eager,bf16_autocast", "--profile", "smoke",
+                    "--time-budget", "0.2", "--data-dir", str(data), "--record-accuracy-only", cwd=tmp_path,
+                    cache=tmp_path / "cache")  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:]
+    frame = pd.read_csv(tmp_path / "results" / "latest" / "results.csv").set_index("case_id")
+    assert (frame["eval_samples"] == 12).all()
+    assert frame["weights_source"].str.contains(f"imagefolder:{data}").all()
+    assert frame["top1"].notna().all() and (frame["top1"] >= 0.5).all()
+    assert frame.loc["my_net-eager-cpu-bs2", "agreement"] == 1.0

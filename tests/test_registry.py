@@ -54,8 +54,8 @@ def test_zoo_models_build_and_run_on_their_example_inputs(registries):
     models, _ = registries
     for name in ("resnet18", "lstm_classifier"):
         spec = models.get(name)
-        model = spec.build(spec.num_classes).eval()
-        inputs = spec.make_inputs(2, torch.Generator().manual_seed(0))
+        model = spec.build_model().eval()
+        inputs = spec.example_inputs(2, torch.Generator().manual_seed(0))
         with torch.inference_mode():
             out = model(*inputs)
         assert out.shape == (2, spec.num_classes)

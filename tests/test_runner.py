@@ -114,3 +114,11 @@ def test_cuda_case_synchronizes_and_reports_cuda_memory(state):
     row = runner.run(Case("tiny_mlp", "fp16_autocast", "cuda", 2))
     assert row["status"] == "passed" and row["mem_source"] == "cuda_max_allocated"
     assert row["peak_mem_mb"] > 0 and row["speedup"] > 0
+
+
+def test_a_failing_reference_is_measured_once_per_group(state):
+    runner = CaseRunner(state)
+    with pytest.raises(CaseFailed):
+        runner.run(Case("tiny_mlp", "test_explodes", "cpu", 2))
+    runner.run(Case("tiny_mlp", "bf16_autocast", "cpu", 2))
+    assert [r["case_id"] for r in state.rows].count("tiny_mlp-eager-cpu-bs2") == 1

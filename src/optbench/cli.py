@@ -29,7 +29,22 @@ def _selfcheck(args: argparse.Namespace) -> int:
     return selfcheck_main(args.rest)
 
 
+def _train(args: argparse.Namespace) -> int:
+    from optbench.train_cli import main as train_main
+
+    return train_main(args.rest)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # Subcommands with their own parsers get their arguments untouched (REMAINDER drops leading options).
+    passthrough = {"selfcheck": _selfcheck, "train": _train}
+    if argv and argv[0] in passthrough:
+        try:
+            return passthrough[argv[0]](argparse.Namespace(rest=argv[1:]))
+        except (FileNotFoundError, UsageProblem) as error:
+            print(f"optbench: error: {error}", file=sys.stderr)
+            return EXIT_USAGE
     parser = argparse.ArgumentParser(prog="optbench", description="optbench results and checks")
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="print a run's comparison table (default: results/latest)")
@@ -40,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     check.add_argument("rest", nargs=argparse.REMAINDER)
     check.set_defaults(func=_selfcheck)
+    train = sub.add_parser(
+        "train", help="train or load the zoo's checkpoints (see optbench train --help)", add_help=False
+    )
+    train.add_argument("rest", nargs=argparse.REMAINDER)
+    train.set_defaults(func=_train)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -12,7 +12,7 @@ import inspect
 import pkgutil
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -29,18 +29,39 @@ TEXT = "text_classification"
 
 
 @dataclass(frozen=True)
+class TrainRecipe:
+    """How the zoo trains a model on its task for `--weights trained` (seeded, deterministic on CPU)."""
+
+    target_top1: float = 0.9
+    """Stop once held-out top-1 reaches this; the README states it per model."""
+    max_epochs: int = 10
+    lr: float = 1e-3
+    batch_size: int = 64
+    weight_decay: float = 1e-4
+    train_samples: int | None = None
+    """Train on only the first N samples of the train split (big models on 2 CPU cores)."""
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     task: str
-    build: Callable[[int], nn.Module]
-    """build(num_classes) -> a model with random (seeded by the caller) weights."""
-    make_inputs: Callable[[int, torch.Generator], tuple[torch.Tensor, ...]]
-    """make_inputs(batch_size, generator) -> CPU tensors for one forward call."""
+    build: Callable[..., nn.Module]
+    """build(num_classes) -> a model with random (seeded by the caller) weights. A builder that
+    takes `resolution=` gets the spec's resolution (models with fixed input size, like ViT)."""
+    make_inputs: Callable[[ModelSpec, int, torch.Generator], tuple[torch.Tensor, ...]]
+    """make_inputs(spec, batch_size, generator) -> CPU tensors for one forward call."""
     num_classes: int = 10
     resolution: int | None = None
     seq_len: int | None = None
     batch_sizes: dict[str, tuple[int, ...]] = field(default_factory=lambda: dict(DEFAULT_BATCH_SIZES))
     tags: frozenset[str] = frozenset()
+    task_resolution: int | None = None
+    """Image side the model is trained, timed and evaluated at with trained weights."""
+    task_seq_len: int | None = None
+    """Tokens per sequence the model is trained, timed and evaluated at with trained weights."""
+    vocab_size: int | None = None
+    recipe: TrainRecipe = field(default_factory=TrainRecipe)
     source: str = ""
     """File that registered the spec; its hash is the model's code hash in the results."""
 
@@ -52,6 +73,23 @@ class ModelSpec:
         if self.seq_len is not None:
             return f"seq{self.seq_len}"
         return ""
+
+    def build_model(self) -> nn.Module:
+        if self.resolution is not None and "resolution" in inspect.signature(self.build).parameters:
+            return self.build(self.num_classes, resolution=self.resolution)
+        return self.build(self.num_classes)
+
+    def example_inputs(self, batch_size: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        return self.make_inputs(self, batch_size, gen)
+
+    def at_task_shape(self) -> ModelSpec:
+        """This spec with its inputs at the task's shape: trained weights are timed on the input
+        they are evaluated on, so the timed model and the evaluated model are one."""
+        return replace(
+            self,
+            resolution=self.task_resolution or self.resolution,
+            seq_len=self.task_seq_len or self.seq_len,
+        )
 
     def code_hash(self) -> str:
         return file_hash(self.source)
@@ -77,6 +115,16 @@ def register_model(spec: ModelSpec) -> ModelSpec:
     return MODELS.add(spec.name, spec, origin=spec.source)
 
 
+def _image_inputs(spec: ModelSpec, batch_size: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    assert spec.resolution is not None
+    return (torch.randn(batch_size, 3, spec.resolution, spec.resolution, generator=gen),)
+
+
+def _token_inputs(spec: ModelSpec, batch_size: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    assert spec.seq_len is not None and spec.vocab_size is not None
+    return (torch.randint(0, spec.vocab_size, (batch_size, spec.seq_len), generator=gen),)
+
+
 def image_classifier(
     name: str,
     build: Callable[[int], nn.Module],
@@ -84,21 +132,23 @@ def image_classifier(
     num_classes: int = 10,
     batch_sizes: dict[str, tuple[int, ...]] | None = None,
     tags: Iterable[str] = (),
+    task_resolution: int | None = None,
+    recipe: TrainRecipe | None = None,
 ) -> ModelSpec:
-    """Spec for a model taking a float image batch (N, 3, H, W)."""
-
-    def make_inputs(batch_size: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
-        return (torch.randn(batch_size, 3, resolution, resolution, generator=gen),)
+    """Spec for a model taking a float image batch (N, 3, H, W). `build` may take `resolution=` too
+    (models with fixed-size inputs, like ViT, need it); it is passed when the spec is built."""
 
     return ModelSpec(
         name=name,
         task=IMAGE,
         build=build,
-        make_inputs=make_inputs,
+        make_inputs=_image_inputs,
         num_classes=num_classes,
         resolution=resolution,
+        task_resolution=task_resolution or resolution,
         batch_sizes=dict(batch_sizes or DEFAULT_BATCH_SIZES),
         tags=frozenset(tags) | {"image"},
+        recipe=recipe or TrainRecipe(),
         source=inspect.stack()[1].filename,
     )
 
@@ -111,21 +161,23 @@ def text_classifier(
     num_classes: int = 10,
     batch_sizes: dict[str, tuple[int, ...]] | None = None,
     tags: Iterable[str] = (),
+    task_seq_len: int | None = None,
+    recipe: TrainRecipe | None = None,
 ) -> ModelSpec:
     """Spec for a model taking token ids (N, seq_len) in [0, vocab_size)."""
-
-    def make_inputs(batch_size: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
-        return (torch.randint(0, vocab_size, (batch_size, seq_len), generator=gen),)
 
     return ModelSpec(
         name=name,
         task=TEXT,
         build=build,
-        make_inputs=make_inputs,
+        make_inputs=_token_inputs,
         num_classes=num_classes,
         seq_len=seq_len,
+        task_seq_len=task_seq_len or seq_len,
+        vocab_size=vocab_size,
         batch_sizes=dict(batch_sizes or DEFAULT_BATCH_SIZES),
         tags=frozenset(tags) | {"text"},
+        recipe=recipe or TrainRecipe(),
         source=inspect.stack()[1].filename,
     )
 

@@ -65,6 +65,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="seconds of timing per case (default: the profile's)",
     )
     group.addoption(
+        "--weights",
+        default="trained",
+        help="random | trained (on the embedded task, or --data-dir; cached) | pretrained (torchvision, "
+        "from the local torch hub cache only). Default: trained",
+    )
+    group.addoption(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="evaluate (and train) image models on your ImageFolder data: DIR/<class>/<image>, "
+        "or DIR/train/... and DIR/val/...",
+    )
+    group.addoption(
+        "--accuracy-floor",
+        type=float,
+        default=0.99,
+        metavar="FRACTION",
+        help="fail_accuracy below this fraction of the fp32 top-1 (default 0.99)",
+    )
+    group.addoption(
+        "--record-accuracy-only",
+        action="store_true",
+        help="record fail_accuracy, nan_output and nondeterministic_baseline without failing the test",
+    )
+    group.addoption(
         "--target-precision",
         type=float,
         default=None,
@@ -107,6 +132,18 @@ def _selection(config: pytest.Config) -> Any:
                     f"unknown device {', '.join(map(repr, unknown))}; valid devices: {', '.join(_DEVICES)}"
                 )
         batch_sizes = _parse_batch_sizes(config.getoption("batch_sizes"))
+        from optbench.weights import WEIGHT_CHOICES
+
+        if config.getoption("weights") not in WEIGHT_CHOICES:
+            raise UnknownNameError(
+                f"unknown weights {config.getoption('weights')!r}; valid weights: {', '.join(WEIGHT_CHOICES)}"
+            )
+        if not 0 < config.getoption("accuracy_floor") <= 1:
+            raise UsageProblem("--accuracy-floor takes a fraction in (0, 1], e.g. 0.99")
+        if config.getoption("data_dir") is not None:
+            from optbench.tasks.imagefolder import check_data_dir
+
+            check_data_dir(Path(config.getoption("data_dir")))
         for directory in config.getoption("models_dir"):
             if not Path(directory).is_dir():
                 raise UnknownNameError(f"--models-dir {directory!r} is not a folder")
@@ -123,15 +160,32 @@ def _selection(config: pytest.Config) -> Any:
             MODELS.check(models)
         if techniques is not None:
             TECHNIQUES.check(techniques)
+        models = models if models is not None else [s.name for s in MODELS if s.in_profile(profile)]
+        if config.getoption("weights") == "pretrained":
+            _check_pretrained(models)
     except UsageProblem as error:
         raise pytest.UsageError(str(error)) from None
     return Selection(
-        models=models if models is not None else [s.name for s in MODELS if s.in_profile(profile)],
+        models=models,
         techniques=techniques if techniques is not None else TECHNIQUES.names(),
         devices=devices if devices is not None else available_devices(),
         batch_sizes=batch_sizes,
         profile=profile,
     )
+
+
+def _check_pretrained(models: list[str]) -> None:
+    """Offline, pretrained weights must already be in the torch hub cache: say which file, where."""
+    from optbench.modelspec import MODELS
+    from optbench.weights import pretrained_weights_file
+
+    for name in models:
+        _, file = pretrained_weights_file(MODELS.get(name))
+        if not file.exists():
+            raise UsageProblem(
+                f"--weights pretrained: {name} needs {file.name} in {file.parent} (nothing is downloaded; "
+                "copy the file there, or use --weights trained)"
+            )
 
 
 def _parse_batch_sizes(value: str | None) -> list[int] | None:
@@ -150,9 +204,13 @@ def _parse_batch_sizes(value: str | None) -> list[int] | None:
 
 
 def _wants_benchmarks(config: pytest.Config) -> bool:
-    return any(
-        config.getoption(o) is not None for o in ("models", "techniques", "devices", "batch_sizes")
-    ) or (config.getoption("profile") != "default" or bool(config.getoption("models_dir")))
+    named = ("models", "techniques", "devices", "batch_sizes", "data_dir")
+    return (
+        any(config.getoption(o) is not None for o in named)
+        or config.getoption("profile") != "default"
+        or bool(config.getoption("models_dir"))
+        or config.getoption("weights") != "trained"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -229,9 +287,21 @@ def pytest_collection_modifyitems(
     run_dir = results_dir / "runs" / run_id
     writer = ResultsWriter(run_dir)
     _point_latest(results_dir, run_dir)
+    from optbench.weights import WeightsProvider
+
+    capture = config.pluginmanager.getplugin("capturemanager")
+    data_dir = config.getoption("data_dir")
     state["run"] = RunState(
         run_id=run_id,
         writer=writer,
+        weights=WeightsProvider(
+            config.getoption("weights"),
+            data_dir=Path(data_dir) if data_dir else None,
+            # Training progress bars must reach the terminal through pytest's output capture.
+            progress_context=capture.global_and_fixture_disabled if capture is not None else None,
+        ),
+        accuracy_floor=config.getoption("accuracy_floor"),
+        record_only=config.getoption("record_accuracy_only"),
         timing=profile.timing.with_overrides(
             config.getoption("time_budget"), config.getoption("target_precision")
         ),
@@ -262,6 +332,10 @@ def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[An
             pytest.fail(f"{row['case_id']}: {row['status']}: {row['reason']}", pytrace=False)
         if row["status"] == "skipped":
             pytest.skip(row["reason"])
+        if row["status"] != "passed":  # an accuracy status, recorded only (--record-accuracy-only)
+            import warnings
+
+            warnings.warn(f"{row['case_id']}: {row['status']}: {row['reason']}", stacklevel=1)
         benchmark.extra_info.update(
             {
                 k: row.get(k)

@@ -36,9 +36,14 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("dtype", "compute dtype the technique runs in"),
     ("api", "the API that produced the prepared model (these APIs move fast)"),
     ("selected", "False for an eager reference measured only because its case was deselected"),
+    ("weights", "random, trained (on the embedded task or --data-dir) or pretrained"),
+    (
+        "weights_source",
+        "where the weights came from: seed, checkpoint file (cache hit or miss), pretrained file",
+    ),
     # status
-    ("status", "passed, skipped, failed or oom"),
-    ("reason", "why a case was skipped or failed (exception type and message)"),
+    ("status", "passed, skipped, failed, oom, nan_output, fail_accuracy or nondeterministic_baseline"),
+    ("reason", "why a case was not passed: skip reason, exception type and message, or the accuracy numbers"),
     # speed
     ("latency_ms_min", "fastest call, ms"),
     ("latency_ms_median", "median call, ms: the number speedup and throughput use"),
@@ -71,6 +76,19 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("size_compressed_bytes", "those bytes after zlib (level 1)"),
     ("flops_per_sample", "FLOPs of one sample's forward pass in the fp32 model (torch.utils.flop_counter)"),
     ("gflops_per_s", "achieved GFLOP/s: flops_per_sample x throughput / 1e9"),
+    # quality
+    ("eval_samples", "held-out samples the prepared (timed) model was evaluated on"),
+    ("eval_s", "seconds that evaluation took"),
+    ("top1", "held-out top-1 accuracy of the prepared model"),
+    ("top5", "held-out top-5 accuracy (empty with fewer than 5 classes)"),
+    ("top1_fp32", "held-out top-1 of the eager fp32 model of the same group"),
+    ("top1_delta", "top1 - top1_fp32"),
+    ("top1_ratio", "top1 / top1_fp32 (fail_accuracy below accuracy_floor)"),
+    ("accuracy_floor", "the ratio under which a case is fail_accuracy (default 0.99, as MLPerf)"),
+    ("agreement", "fraction of held-out samples where the top-1 prediction equals fp32's"),
+    ("max_abs_error", "largest absolute difference from fp32's logits"),
+    ("mean_abs_error", "mean absolute difference from fp32's logits"),
+    ("cosine_similarity", "mean cosine similarity of each sample's logits with fp32's"),
     # context
     ("threads", "torch.get_num_threads()"),
     ("torch_version", "torch.__version__"),
@@ -90,7 +108,7 @@ COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 JSON_ONLY = ("samples_ms",)
 """Columns written to the JSONL only: the raw per-round latencies."""
 
-STATUSES = ("passed", "skipped", "failed", "oom")
+STATUSES = ("passed", "skipped", "failed", "oom", "nan_output", "fail_accuracy", "nondeterministic_baseline")
 
 _INT_COLUMNS = (
     "batch_size",
@@ -104,6 +122,7 @@ _INT_COLUMNS = (
     "size_bytes",
     "size_compressed_bytes",
     "flops_per_sample",
+    "eval_samples",
 )
 _BOOL_COLUMNS = ("selected", "precision_met", "noisy")
 

@@ -16,12 +16,13 @@ from typing import Any
 
 import torch
 
-from optbench import cost
+from optbench import accuracy, cost
 from optbench.case import BASELINE, Case
 from optbench.devices import device_name, synchronize
 from optbench.environment import git_sha, machine_info
 from optbench.results import ResultsWriter
 from optbench.timing import TimingPolicy, latency_stats, plan_rounds, time_calls, warm_up
+from optbench.weights import ModelWeights, WeightsProvider
 
 SEED = 0
 
@@ -49,6 +50,19 @@ class CaseFailed(Exception):
     """The case ran and failed; its row is written. Message: the row's reason."""
 
 
+ACCURACY_STATUSES = ("fail_accuracy", "nan_output", "nondeterministic_baseline")
+"""Statuses about the numbers a model computes; `record_only` keeps them from failing the test."""
+
+
+@dataclass
+class Reference:
+    """The eager fp32 model's held-out logits, which every technique of its group is compared with."""
+
+    logits: torch.Tensor
+    top1: float
+    deterministic: bool
+
+
 @dataclass
 class RunState:
     """What the cases of one run share."""
@@ -56,8 +70,15 @@ class RunState:
     run_id: str
     writer: ResultsWriter
     timing: TimingPolicy
+    weights: WeightsProvider = field(default_factory=lambda: WeightsProvider("random"))
+    accuracy_floor: float = 0.99
+    """fail_accuracy below this fraction of the fp32 top-1 (MLPerf uses 0.99 and 0.999)."""
+    record_only: bool = False
+    """Record accuracy statuses without failing the pytest case."""
     rows: list[dict[str, Any]] = field(default_factory=list)
     baselines: dict[tuple[str, str, str, int], dict[str, Any]] = field(default_factory=dict)
+    references: dict[tuple[str, str, str, int], Reference] = field(default_factory=dict)
+    reference_attempts: set[tuple[str, str, str, int]] = field(default_factory=set)
     flops: dict[tuple[str, str, int], int] = field(default_factory=dict)
     repo_dir: str | None = None
 
@@ -66,8 +87,8 @@ class RunState:
         self.rows.append(row)
 
 
-def _identity(case: Case, state: RunState, test: str, selected: bool) -> dict[str, Any]:
-    spec = case.spec
+def _identity(case: Case, state: RunState, test: str, selected: bool, spec: Any = None) -> dict[str, Any]:
+    spec = spec or case.spec
     tech = case.tech
     info = machine_info()
     return {
@@ -126,10 +147,10 @@ class CaseRunner:
             }
             self.state.record(row)
             return row
-        if case.technique != BASELINE and case.group not in self.state.baselines:
+        if case.technique != BASELINE and case.group not in self.state.reference_attempts:
             self._measure_reference(case.baseline(), test)
         row = self._measure(case, test, time_fn or plain_timer, selected=True)
-        if row["status"] != "passed":
+        if row["status"] != "passed" and not (self.state.record_only and row["status"] in ACCURACY_STATUSES):
             raise CaseFailed(row["reason"])
         return row
 
@@ -138,11 +159,18 @@ class CaseRunner:
         self._measure(case, test, plain_timer, selected=False)
 
     def _measure(self, case: Case, test: str, time_fn: TimeFn, selected: bool) -> dict[str, Any]:
+        if case.technique == BASELINE:
+            self.state.reference_attempts.add(case.group)  # measured once per group, even if it fails
         started = time.perf_counter()
         row = _identity(case, self.state, test, selected)
         try:
-            row.update(self._time_and_cost(case, time_fn))
+            weights = self.state.weights.get(case.spec)
+            row.update(_identity(case, self.state, test, selected, weights.spec))
+            row["weights"] = self.state.weights.choice
+            row["weights_source"] = weights.source
             row["status"] = "passed"
+            row.update(self._time_and_cost(case, time_fn, weights))
+            self._judge(case, row)
         except Exception as error:  # a failing technique is a failed row; the run goes on
             row["status"] = "oom" if _is_oom(error) else "failed"
             row["reason"] = describe_error(error)
@@ -152,7 +180,9 @@ class CaseRunner:
             if case.device == "cuda" and torch.cuda.is_available():
                 torch.cuda.empty_cache()
         trace = row.pop("error_trace", None)
-        if row["status"] == "passed":
+        for private in [k for k in row if k.startswith("_")]:  # logits and flags for _judge only
+            del row[private]
+        if "latency_ms_median" in row and row["status"] not in ("failed", "oom"):
             self._add_speedup(case, row)
         row["duration_s"] = time.perf_counter() - started
         row["timestamp"] = _now()
@@ -171,17 +201,69 @@ class CaseRunner:
         row["baseline_latency_ms"] = base["latency_ms_median"]
         row["speedup"] = 1.0 if base is row else base["latency_ms_median"] / row["latency_ms_median"]
 
-    def _time_and_cost(self, case: Case, time_fn: TimeFn) -> dict[str, Any]:
+    def _judge(self, case: Case, row: dict[str, Any]) -> None:
+        """Accuracy, fidelity to fp32 and the status they imply, from the held-out logits."""
+        logits = row.get("_logits")
+        if row.pop("_nonfinite_output", False) or (logits is not None and accuracy.has_nonfinite(logits)):
+            row["status"] = "nan_output"
+            row["reason"] = "the model's outputs contain NaN or inf"
+            return
+        if logits is None:
+            return
+        task = self.state.weights.get(case.spec).task
+        assert task is not None
+        row["top1"] = accuracy.topk_accuracy(logits, task.eval_y, 1)
+        row["top5"] = accuracy.topk_accuracy(logits, task.eval_y, 5)
+        if case.technique == BASELINE:
+            deterministic = accuracy.baseline_is_deterministic(logits, row["_logits_again"])
+            self.state.references[case.group] = Reference(logits, row["top1"], deterministic)
+            if not deterministic:
+                row["status"] = "nondeterministic_baseline"
+                row["reason"] = "eager fp32 gave different outputs for the same inputs twice"
+        reference = self.state.references.get(case.group)
+        if reference is None:
+            return
+        row["top1_fp32"] = reference.top1
+        row["top1_delta"] = row["top1"] - reference.top1
+        row["top1_ratio"] = row["top1"] / reference.top1 if reference.top1 > 0 else float("nan")
+        row.update(accuracy.fidelity(logits, reference.logits))
+        row["accuracy_floor"] = self.state.accuracy_floor
+        if row["status"] == "passed" and not accuracy.accuracy_ok(
+            row["top1"], reference.top1, self.state.accuracy_floor
+        ):
+            row["status"] = "fail_accuracy"
+            row["reason"] = (
+                f"top-1 {row['top1']:.4f} is below {self.state.accuracy_floor:g} x fp32 top-1 {reference.top1:.4f} "
+                f"(delta {row['top1_delta']:+.4f}, agreement with fp32 {row['agreement']:.4f})"
+            )
+
+    def _evaluate(
+        self, prepared: Any, weights: ModelWeights, batch_size: int, device: torch.device
+    ) -> torch.Tensor:
+        """Held-out logits of the prepared (timed) model, at the timed batch size: the last batch is
+        padded, so a compiled model sees no new shape."""
+        assert weights.task is not None
+        x = weights.task.eval_x
+        outs = []
+        for i in range(0, len(x), batch_size):
+            chunk = x[i : i + batch_size]
+            real = len(chunk)
+            if real < batch_size:
+                chunk = torch.cat([chunk, chunk[:1].expand(batch_size - real, *chunk.shape[1:])])
+            out = prepared.forward(*prepared.adapt_inputs((chunk.to(device),)))
+            outs.append(out[:real].float().cpu())
+        return torch.cat(outs)
+
+    def _time_and_cost(self, case: Case, time_fn: TimeFn, weights: ModelWeights) -> dict[str, Any]:
         from optbench.memory import PeakMemory
 
-        spec, tech = case.spec, case.tech
+        spec, tech = weights.spec, case.tech
         device = torch.device(case.device)
         policy = self.state.timing
         with PeakMemory(device) as memory, torch.inference_mode():
-            torch.manual_seed(SEED)
-            model = spec.build(spec.num_classes).eval().to(device)
+            model = weights.build().to(device)
             gen = torch.Generator().manual_seed(SEED)
-            inputs = tuple(x.to(device) for x in spec.make_inputs(case.batch_size, gen))
+            inputs = tuple(x.to(device) for x in spec.example_inputs(case.batch_size, gen))
             flops_key = (case.model, case.device, case.batch_size)
             if flops_key not in self.state.flops:
                 # Counted once on the unmodified fp32 model: the work the model does, whatever runs it.
@@ -197,8 +279,9 @@ class CaseRunner:
                 return out
 
             t1 = time.perf_counter()
-            call()
+            first_out = call()
             first_call = time.perf_counter() - t1
+            nonfinite = isinstance(first_out, torch.Tensor) and not bool(torch.isfinite(first_out).all())
             prepare_s = time.perf_counter() - t0
             pilot = warm_up(call, policy)
             rounds = plan_rounds(pilot, policy)
@@ -206,6 +289,14 @@ class CaseRunner:
             memory.read()
             params, nonzero = cost.parameter_counts(prepared.module)
             size, compressed = cost.model_sizes(prepared.module)
+            evaluated: dict[str, Any] = {}
+            if weights.task is not None:
+                t2 = time.perf_counter()
+                evaluated["_logits"] = self._evaluate(prepared, weights, case.batch_size, device)
+                evaluated["eval_s"] = time.perf_counter() - t2
+                evaluated["eval_samples"] = len(weights.task.eval_y)
+                if case.technique == BASELINE:
+                    evaluated["_logits_again"] = self._evaluate(prepared, weights, case.batch_size, device)
 
         stats = latency_stats(samples, policy)
         median_s = stats["latency_ms_median"] / 1e3
@@ -229,4 +320,6 @@ class CaseRunner:
             "flops_per_sample": int(flops) if flops else None,
             "gflops_per_s": flops * throughput / 1e9 if flops else None,
             "samples_ms": [s * 1e3 for s in samples],
+            "_nonfinite_output": nonfinite,
+            **evaluated,
         }

@@ -65,7 +65,7 @@ def _register_targets(net: Any, inputs: tuple[Any, ...], spec: Any) -> None:
                 name=name,
                 task=spec.task,
                 build=lambda n, m=module: m,
-                make_inputs=lambda b, g, a=args: a,
+                make_inputs=lambda s, b, g, a=args: a,
                 resolution=spec.resolution,
                 seq_len=spec.seq_len,
                 source=__file__,
@@ -89,8 +89,8 @@ def run_selfcheck(
     load_zoo()
     spec = MODELS.get(model)
     torch.manual_seed(SEED)
-    net = spec.build(spec.num_classes).eval()
-    inputs = spec.make_inputs(batch_size, torch.Generator().manual_seed(SEED))
+    net = spec.build_model().eval()
+    inputs = spec.example_inputs(batch_size, torch.Generator().manual_seed(SEED))
     threads = torch.get_num_threads()
     _register_targets(net, inputs, spec)
     figures: dict[str, list[float]] = {

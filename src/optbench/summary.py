@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -20,12 +21,22 @@ def _cell(row: pd.Series) -> str:
     return f"{speedup:.2f}x {median:.3g}ms{marks}"
 
 
-def comparison_table(frame: pd.DataFrame) -> str:
-    """One line per model/device/mode/batch, one column per technique: 'speedup median-latency'."""
-    if frame.empty:
-        return "(no cases)"
+def _accuracy_cell(row: pd.Series) -> str:
+    top1 = row.get("top1")
+    if top1 is None or pd.isna(top1):
+        return _SHORT_STATUS.get(row["status"], "-")
+    delta = row.get("top1_delta")
+    flag = {"fail_accuracy": " FAIL", "nan_output": " NaN", "nondeterministic_baseline": " NONDET"}.get(
+        row["status"], ""
+    )
+    if delta is None or pd.isna(delta):
+        return f"{top1:.3f}{flag}"
+    return f"{top1:.3f} ({delta:+.3f}){flag}"
+
+
+def _pivot(frame: pd.DataFrame, cell: Any) -> str:
     frame = frame.copy()
-    frame["cell"] = frame.apply(_cell, axis=1)
+    frame["cell"] = frame.apply(cell, axis=1)
     techniques = list(dict.fromkeys(frame["technique"]))
     table = frame.pivot_table(
         index=["model", "device", "mode", "batch_size"],
@@ -36,9 +47,19 @@ def comparison_table(frame: pd.DataFrame) -> str:
     )
     table = table.reindex(columns=techniques).fillna("-")
     table.columns.name = None
-    text = table.reset_index().rename(columns={"batch_size": "bs"}).to_string(index=False)
+    return table.reset_index().rename(columns={"batch_size": "bs"}).to_string(index=False)
+
+
+def comparison_table(frame: pd.DataFrame) -> str:
+    """One line per model/device/mode/batch, one column per technique: 'speedup median-latency',
+    then the same grid for held-out top-1 when the run has accuracy."""
+    if frame.empty:
+        return "(no cases)"
     legend = "cells: speedup vs eager fp32, then median latency; ~ noisy (IQR > 10% of median); skip/FAILED/OOM: see reasons"
-    return f"{text}\n{legend}"
+    text = f"{_pivot(frame, _cell)}\n{legend}"
+    if "top1" in frame.columns and frame["top1"].notna().any():
+        text += f"\n\nheld-out top-1 (change vs eager fp32):\n{_pivot(frame, _accuracy_cell)}"
+    return text
 
 
 def skip_reasons(frame: pd.DataFrame) -> str:

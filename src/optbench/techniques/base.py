@@ -27,6 +27,8 @@ class Prepared:
     """The module whose weights the technique produced (for size and parameter counts)."""
     dtype: str = "float32"
     api: str = ""
+    adapt_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda inputs: inputs
+    """Applied to evaluation batches the way the technique changed `inputs` (e.g. channels_last)."""
 
 
 class Technique:

@@ -23,5 +23,15 @@ class ChannelsLast(Technique):
 
     def apply(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device) -> Prepared:
         model = model.to(memory_format=torch.channels_last)
-        inputs = tuple(x.contiguous(memory_format=torch.channels_last) for x in inputs)
-        return Prepared(forward=model, inputs=inputs, module=model, dtype="float32", api=self.api)
+        return Prepared(
+            forward=model,
+            inputs=_nhwc(inputs),
+            module=model,
+            dtype="float32",
+            api=self.api,
+            adapt_inputs=_nhwc,
+        )
+
+
+def _nhwc(inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return tuple(x.contiguous(memory_format=torch.channels_last) for x in inputs)

@@ -1,0 +1,47 @@
+"""Task accuracy and fidelity to the fp32 model, from logits."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def topk_accuracy(logits: torch.Tensor, labels: torch.Tensor, k: int) -> float:
+    if k > logits.shape[1]:
+        return float("nan")
+    top = logits.topk(k, dim=1).indices
+    return float((top == labels[:, None]).any(dim=1).float().mean())
+
+
+def fidelity(logits: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
+    """How closely `logits` follow the fp32 model's `reference` logits on the same inputs."""
+    logits, reference = logits.double(), reference.double()
+    diff = (logits - reference).abs()
+    return {
+        "agreement": float((logits.argmax(1) == reference.argmax(1)).double().mean()),
+        "max_abs_error": float(diff.max()),
+        "mean_abs_error": float(diff.mean()),
+        "cosine_similarity": float(F.cosine_similarity(logits, reference, dim=1).mean()),
+    }
+
+
+def has_nonfinite(logits: torch.Tensor) -> bool:
+    return not bool(torch.isfinite(logits).all())
+
+
+def baseline_is_deterministic(first: torch.Tensor, second: torch.Tensor) -> bool:
+    """fp32 eager run twice on the same inputs must give the same predictions and near-equal logits
+    (tiny float noise from threaded reductions is allowed; a changed prediction is not)."""
+    if not torch.equal(first.argmax(1), second.argmax(1)):
+        return False
+    scale = max(float(first.abs().max()), 1e-12)
+    return float((first - second).abs().max()) <= 1e-4 * scale
+
+
+def accuracy_ok(top1: float, reference_top1: float, floor: float) -> bool:
+    """MLPerf-style rule: at least `floor` (0.99 by default) of the fp32 reference's top-1."""
+    if math.isnan(top1) or math.isnan(reference_top1):
+        return True  # nothing to judge: no labels that fit the model
+    return top1 >= floor * reference_top1

@@ -1,0 +1,74 @@
+"""Trained-weights cache outside the repository, keyed by everything that changes the weights."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from optbench.modelspec import ModelSpec
+from optbench.tasks.base import TaskData
+
+
+def cache_dir() -> Path:
+    """$OPTBENCH_CACHE, else $XDG_CACHE_HOME/optbench, else ~/.cache/optbench."""
+    if os.environ.get("OPTBENCH_CACHE"):
+        return Path(os.environ["OPTBENCH_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "optbench"
+
+
+def checkpoint_key(spec: ModelSpec, task: TaskData, seed: int) -> str:
+    import torchvision
+
+    parts = {
+        "model": spec.name,
+        "model_code": spec.code_hash(),
+        "input": spec.input_shape,
+        "recipe": asdict(spec.recipe),
+        "data": task.fingerprint,
+        "seed": seed,
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def checkpoint_path(spec: ModelSpec, task: TaskData, seed: int, root: Path | None = None) -> Path:
+    return (root or cache_dir()) / "checkpoints" / f"{spec.name}-{checkpoint_key(spec, task, seed)}.pt"
+
+
+def load_or_train(
+    spec: ModelSpec,
+    task: TaskData,
+    seed: int,
+    train_fn: Callable[[], tuple[nn.Module, dict[str, Any]]],
+    root: Path | None = None,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The cached state dict and its training record, training (and caching) it first if needed.
+
+    A corrupt or truncated checkpoint is reported with a warning and retrained."""
+    path = checkpoint_path(spec, task, seed, root)
+    if path.exists():
+        try:
+            blob = torch.load(path, map_location="cpu", weights_only=True)
+            return blob["state_dict"], {**blob["meta"], "cache": "hit", "path": str(path)}
+        except Exception as error:  # unreadable for any reason: retrain rather than stop the run
+            warnings.warn(
+                f"checkpoint {path} is unreadable ({type(error).__name__}: {error}); retraining", stacklevel=2
+            )
+    model, meta = train_fn()
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    torch.save({"state_dict": state, "meta": meta}, tmp)
+    os.replace(tmp, path)  # atomic: an interrupted save never leaves a truncated checkpoint behind
+    return state, {**meta, "cache": "miss", "path": str(path)}

@@ -1,0 +1,50 @@
+"""`optbench train`: train (or load from the cache) the zoo's checkpoints and print how it went."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="optbench train", description=__doc__)
+    parser.add_argument("--models", default=None, help="comma-separated models (default: every zoo model)")
+    parser.add_argument("--data-dir", default=None, help="ImageFolder data for image models (see README)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+
+    import contextlib
+
+    from optbench.modelspec import MODELS, load_zoo
+    from optbench.weights import WeightsProvider
+
+    load_zoo()
+    names = [n.strip() for n in args.models.split(",")] if args.models else MODELS.names()
+    MODELS.check(names)
+    provider = WeightsProvider("trained", data_dir=Path(args.data_dir) if args.data_dir else None)
+    if args.quiet:
+        import optbench.training as training
+
+        real_train = training.train
+        training.train = lambda spec, task, seed=0, progress=True: real_train(
+            spec, task, seed, progress=False
+        )
+    total = time.perf_counter()
+    print(
+        f"{'model':20s} {'input':>9s} {'cache':>5s} {'seconds':>8s} {'epochs':>6s} {'top1':>6s} {'target':>6s}"
+    )
+    for name in names:
+        started = time.perf_counter()
+        with contextlib.redirect_stdout(None) if args.quiet else contextlib.nullcontext():
+            weights = provider.get(MODELS.get(name))
+        seconds = time.perf_counter() - started
+        rec = weights.record
+        print(
+            f"{name:20s} {weights.spec.input_shape:>9s} {rec['cache']:>5s} {seconds:8.1f} {rec['epochs']:6d} "
+            f"{rec['top1']:6.3f} {weights.spec.recipe.target_top1:6.2f}"
+            + ("" if rec["reached_target"] else "  (target not reached)"),
+            flush=True,
+        )
+    print(f"total {time.perf_counter() - total:.1f} s")
+    return 0

@@ -1,0 +1,120 @@
+"""Accuracy and fidelity in the row: hand-checked metrics, and the status rules on a trained tiny model."""
+
+import math
+
+import pytest
+import torch
+
+from optbench.accuracy import accuracy_ok, baseline_is_deterministic, fidelity, topk_accuracy
+from optbench.case import Case
+from optbench.results import ResultsWriter
+from optbench.runner import CaseFailed, CaseRunner, RunState
+from optbench.techniques import Prepared, Technique, register_technique
+from optbench.timing import TimingPolicy
+from optbench.weights import WeightsProvider
+
+FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=2, budget_s=0.05, min_rounds=6, max_rounds=50)
+
+
+def test_fidelity_matches_hand_computed_values():
+    ref = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 4.0]])
+    out = torch.tensor([[1.0, 0.5], [1.0, 2.0], [4.0, 3.0]])
+    f = fidelity(out, ref)
+    assert f["agreement"] == pytest.approx(2 / 3)  # the last row's prediction flips
+    assert f["max_abs_error"] == pytest.approx(1.0)
+    assert f["mean_abs_error"] == pytest.approx((0 + 0.5 + 1 + 0 + 1 + 1) / 6)
+    cos = [1 / math.sqrt(1.25), 4 / math.sqrt(5 * 4), 24 / 25]
+    assert f["cosine_similarity"] == pytest.approx(sum(cos) / 3)
+
+
+def test_topk_and_the_accuracy_floor():
+    logits = torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1], [0.2, 0.3, 0.5]])
+    labels = torch.tensor([1, 1, 0])
+    assert topk_accuracy(logits, labels, 1) == pytest.approx(1 / 3)
+    assert topk_accuracy(logits, labels, 2) == pytest.approx(2 / 3)
+    assert math.isnan(topk_accuracy(logits, labels, 5))
+    assert accuracy_ok(0.99, 1.0, 0.99) and not accuracy_ok(0.98, 1.0, 0.99)
+    a = torch.tensor([[1.0, 2.0]])
+    assert baseline_is_deterministic(a, a + 1e-7) and not baseline_is_deterministic(
+        a, torch.tensor([[2.0, 1.0]])
+    )
+
+
+@register_technique
+class ProducesNaN(Technique):
+    name = "test_nan"
+    family = "precision"
+    api = "test"
+
+    def apply(self, model, inputs, device):
+        return Prepared(forward=lambda x: model(x) * float("nan"), inputs=inputs, module=model)
+
+
+@register_technique
+class TooLossy(Technique):
+    name = "test_noisy"
+    family = "precision"
+    api = "test"
+
+    def apply(self, model, inputs, device):
+        gen = torch.Generator().manual_seed(0)
+
+        def forward(x):
+            out = model(x)
+            return out + 50 * torch.randn(out.shape, generator=gen)
+
+        return Prepared(forward=forward, inputs=inputs, module=model)
+
+
+@pytest.fixture
+def state(tmp_path, registries):
+    weights = WeightsProvider("trained", cache_root=tmp_path / "cache")
+    return RunState(run_id="t", writer=ResultsWriter(tmp_path / "run"), timing=FAST, weights=weights)
+
+
+def test_rows_carry_accuracy_and_fidelity(state):
+    runner = CaseRunner(state)
+    base = runner.run(Case("tiny_mlp", "eager", "cpu", 4))
+    assert base["top1"] >= 0.9 and base["top1_fp32"] == base["top1"] and base["top1_delta"] == 0
+    assert (
+        base["agreement"] == 1.0
+        and base["max_abs_error"] == 0.0
+        and base["cosine_similarity"] == pytest.approx(1)
+    )
+    assert base["eval_samples"] == 360 and base["eval_s"] > 0 and base["input_shape"] == "3x8x8"
+    assert base["weights"] == "trained" and "digits-8px" in base["weights_source"]
+    bf16 = runner.run(Case("tiny_mlp", "bf16_autocast", "cpu", 4))
+    assert bf16["status"] == "passed"
+    assert 0.99 <= bf16["agreement"] <= 1 and 0 < bf16["max_abs_error"] < 1
+    assert bf16["top1_ratio"] == pytest.approx(bf16["top1"] / base["top1"])
+
+
+def test_nan_output_and_fail_accuracy_fail_the_case_unless_record_only(state):
+    runner = CaseRunner(state)
+    runner.run(Case("tiny_mlp", "eager", "cpu", 4))
+    with pytest.raises(CaseFailed, match="NaN"):
+        runner.run(Case("tiny_mlp", "test_nan", "cpu", 4))
+    assert state.rows[-1]["status"] == "nan_output"
+    with pytest.raises(CaseFailed, match=r"top-1 0\.\d+ is below 0.99 x fp32 top-1"):
+        runner.run(Case("tiny_mlp", "test_noisy", "cpu", 4))
+    lossy = state.rows[-1]
+    assert lossy["status"] == "fail_accuracy" and lossy["top1"] < 0.5 and lossy["agreement"] < 0.5
+    assert lossy["latency_ms_median"] > 0 and lossy["speedup"] > 0  # its speed is still reported
+    state.record_only = True
+    assert runner.run(Case("tiny_mlp", "test_noisy", "cpu", 4))["status"] == "fail_accuracy"
+
+
+def test_nondeterministic_baseline_is_flagged(state, monkeypatch):
+    import optbench.runner as runner_module
+
+    calls = iter(range(1000))
+    real = CaseRunner._evaluate
+
+    def flaky(self, prepared, weights, batch_size, device):
+        logits = real(self, prepared, weights, batch_size, device)
+        return logits if next(calls) % 2 == 0 else -logits
+
+    monkeypatch.setattr(runner_module.CaseRunner, "_evaluate", flaky)
+    with pytest.raises(CaseFailed, match="different outputs"):
+        CaseRunner(state).run(Case("tiny_mlp", "eager", "cpu", 4))
+    assert state.rows[-1]["status"] == "nondeterministic_baseline"

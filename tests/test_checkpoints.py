@@ -1,0 +1,51 @@
+import pytest
+import torch
+
+from optbench.checkpoints import checkpoint_path, load_or_train
+from optbench.tasks.digits import digits_task
+
+
+@pytest.fixture
+def spec(registries):
+    return registries[0].get("tiny_mlp").at_task_shape()
+
+
+def _trainer(spec, calls):
+    def train_fn():
+        calls.append(1)
+        torch.manual_seed(len(calls))
+        return spec.build_model(), {"top1": 0.5, "epochs": 1, "seconds": 0.1, "reached_target": False}
+
+    return train_fn
+
+
+def test_cache_hit_returns_bit_identical_weights(spec, tmp_path):
+    task = digits_task(spec.task_resolution)
+    calls = []
+    first, meta = load_or_train(spec, task, 0, _trainer(spec, calls), root=tmp_path)
+    assert meta["cache"] == "miss" and calls == [1]
+    second, meta2 = load_or_train(spec, task, 0, _trainer(spec, calls), root=tmp_path)
+    assert meta2["cache"] == "hit" and calls == [1]
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    assert meta2["top1"] == 0.5
+
+
+def test_key_changes_with_data_and_seed(spec, tmp_path):
+    a = checkpoint_path(spec, digits_task(8), 0, tmp_path)
+    assert a != checkpoint_path(spec, digits_task(8), 1, tmp_path)
+    assert a != checkpoint_path(spec, digits_task(16), 0, tmp_path)
+    assert a.parent == tmp_path / "checkpoints" and a.name.startswith("tiny_mlp-")
+
+
+def test_truncated_checkpoint_warns_and_retrains(spec, tmp_path):
+    task = digits_task(spec.task_resolution)
+    calls = []
+    load_or_train(spec, task, 0, _trainer(spec, calls), root=tmp_path)
+    path = checkpoint_path(spec, task, 0, tmp_path)
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.warns(UserWarning, match="unreadable.*retraining"):
+        _, meta = load_or_train(spec, task, 0, _trainer(spec, calls), root=tmp_path)
+    assert meta["cache"] == "miss" and calls == [1, 1]
+    _, meta = load_or_train(spec, task, 0, _trainer(spec, calls), root=tmp_path)
+    assert meta["cache"] == "hit"
