@@ -14,6 +14,7 @@ _LAZY = {
     "register_model": "optbench.modelspec",
     "image_classifier": "optbench.modelspec",
     "text_classifier": "optbench.modelspec",
+    "TrainRecipe": "optbench.modelspec",
     "MODELS": "optbench.modelspec",
     "Technique": "optbench.techniques.base",
     "Prepared": "optbench.techniques.base",

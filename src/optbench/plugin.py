@@ -85,6 +85,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="fail_accuracy below this fraction of the fp32 top-1 (default 0.99)",
     )
     group.addoption(
+        "--eval-samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="evaluate on the first N held-out samples only (default: all; fewer is faster but "
+        "makes the accuracy floor coarser)",
+    )
+    group.addoption(
         "--record-accuracy-only",
         action="store_true",
         help="record fail_accuracy, nan_output and nondeterministic_baseline without failing the test",
@@ -138,6 +146,8 @@ def _selection(config: pytest.Config) -> Any:
             raise UnknownNameError(
                 f"unknown weights {config.getoption('weights')!r}; valid weights: {', '.join(WEIGHT_CHOICES)}"
             )
+        if config.getoption("eval_samples") is not None and config.getoption("eval_samples") < 1:
+            raise UsageProblem("--eval-samples takes a positive whole number")
         if not 0 < config.getoption("accuracy_floor") <= 1:
             raise UsageProblem("--accuracy-floor takes a fraction in (0, 1], e.g. 0.99")
         if config.getoption("data_dir") is not None:
@@ -204,13 +214,12 @@ def _parse_batch_sizes(value: str | None) -> list[int] | None:
 
 
 def _wants_benchmarks(config: pytest.Config) -> bool:
-    named = ("models", "techniques", "devices", "batch_sizes", "data_dir")
-    return (
-        any(config.getoption(o) is not None for o in named)
-        or config.getoption("profile") != "default"
-        or bool(config.getoption("models_dir"))
-        or config.getoption("weights") != "trained"
-    )
+    """True when any optbench option was given: then its values are checked before collection."""
+    try:
+        group = config._parser.getgroup("optbench")  # private, but the only list of our options
+    except AttributeError:
+        return True  # validate up front anyway: only costs importing torch
+    return any(config.getoption(o.dest) != o.default for o in group.options)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -302,6 +311,7 @@ def pytest_collection_modifyitems(
         ),
         accuracy_floor=config.getoption("accuracy_floor"),
         record_only=config.getoption("record_accuracy_only"),
+        eval_limit=config.getoption("eval_samples"),
         timing=profile.timing.with_overrides(
             config.getoption("time_budget"), config.getoption("target_precision")
         ),

@@ -29,6 +29,12 @@ class ModelWeights:
     source: str
     record: dict[str, Any] = field(default_factory=dict)
 
+    def eval_set(self, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The held-out inputs and labels, or their first `limit` (the split is shuffled and
+        stratified, so a prefix keeps the classes balanced)."""
+        assert self.task is not None
+        return self.task.eval_x[:limit], self.task.eval_y[:limit]
+
     def build(self) -> torch.nn.Module:
         torch.manual_seed(BUILD_SEED)
         model = self.spec.build_model()
