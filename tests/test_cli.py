@@ -55,3 +55,14 @@ def test_show_on_a_missing_path_is_one_line_and_exit_code_2(tmp_path):
     assert out.stderr.strip().splitlines() == [
         f"optbench: error: no such results file or folder: {tmp_path / 'none'}"
     ]
+
+
+def test_selfcheck_measures_all_three_ways():
+    # Figures only: whether they agree depends on the machine, which a test must not judge.
+    from optbench.selfcheck import report, run_selfcheck
+
+    result = run_selfcheck("lstm_classifier", batch_size=2, budget=0.1, repeats=1)
+    assert set(result["figures_ms"]) == {"optbench", "torch_timer", "perf_counter_loop", "harness_noop"}
+    assert all(len(v) == 1 and v[0] > 0 for v in result["figures_ms"].values())
+    assert result["harness_overhead"] > 0
+    assert "optbench vs torch.utils.benchmark" in report(result)

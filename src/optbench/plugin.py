@@ -369,6 +369,12 @@ def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[An
     return run
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.stash.get(_STATE_KEY, {}).get("run")
+    if run is not None:
+        run.writer.close()
+
+
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables, so ours is the last thing shown
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(_STATE_KEY, {}) if hasattr(config, "stash") else {}

@@ -40,7 +40,7 @@ def _optbench_medians(batch_size: int, budget: float, workdir: Path, rep: int) -
     args = [
         "bench", "--models", f"{TARGET},{IDENTITY}", "--techniques", "eager", "--devices", "cpu",
         "--batch-sizes", str(batch_size), "--time-budget", str(budget), "--target-precision", "0.005",
-        "--run-id", run_id, "-q", "-p", "no:cacheprovider", "--rootdir", str(workdir),
+        "--run-id", run_id, "-q", "-p", "no:cacheprovider", "--rootdir", str(workdir), "--weights", "random",
     ]  # fmt: skip
     with contextlib.redirect_stdout(output):
         code = pytest.main(args)
