@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -21,9 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_bench(
     *args: str, cwd: Path = ROOT, timeout: int = 900, cache: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    if cache is not None:
-        env["OPTBENCH_CACHE"] = str(cache)  # trained checkpoints go to the test's folder, not the user's
+    # Trained checkpoints go to the test's folder, never to the user's cache.
+    env = {**os.environ, "OPTBENCH_CACHE": str(cache or tempfile.mkdtemp(prefix="optbench-cache-"))}
     return subprocess.run(
         [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider"],
         cwd=cwd,
@@ -68,7 +68,7 @@ def test_pretrained_weights_offline_name_the_file_and_where(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "bench/", "--weights", "pretrained", "--models", "resnet18", "-p",
          "no:cacheprovider"],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env_home},
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env_home, "OPTBENCH_CACHE": str(tmp_path)},
     )  # fmt: skip
     assert out.returncode == pytest.ExitCode.USAGE_ERROR
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]

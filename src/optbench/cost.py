@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import zlib
-from functools import lru_cache
 from typing import Any
 
 import torch
@@ -29,17 +28,18 @@ def serialized(module: nn.Module) -> bytes:
     return buffer.getvalue()
 
 
-@lru_cache(maxsize=64)
-def _compressed_size(digest: str, blob: bytes) -> int:
-    # Keyed by content digest: techniques that leave the weights alone share the one compression.
-    return len(zlib.compress(blob, 1))
+_COMPRESSED_SIZES: dict[str, int] = {}
+"""Content digest -> compressed size: techniques that leave the weights alone share one compression
+(about 1.6 s for resnet18's 47 MB). Only the sizes are kept, never the blobs."""
 
 
 def model_sizes(module: nn.Module) -> tuple[int, int]:
     """(serialized bytes, zlib-compressed bytes). Compression shows what zeroed weights would save."""
     blob = serialized(module)
     digest = hashlib.blake2b(blob, digest_size=16).hexdigest()
-    return len(blob), _compressed_size(digest, blob)
+    if digest not in _COMPRESSED_SIZES:
+        _COMPRESSED_SIZES[digest] = len(zlib.compress(blob, 1))
+    return len(blob), _COMPRESSED_SIZES[digest]
 
 
 def _lstm_flops(

@@ -141,7 +141,7 @@ class CaseRunner:
         """Measure `case` and record its row. Raises CaseFailed (after recording) when it fails."""
         if case.skip_reason:
             row = {
-                **_identity(case, self.state, test, True),
+                **_identity(case, self.state, test, True, self.state.weights.input_spec(case.spec)),
                 "status": "skipped",
                 "reason": case.skip_reason,
                 "timestamp": _now(),
@@ -163,10 +163,9 @@ class CaseRunner:
         if case.technique == BASELINE:
             self.state.reference_attempts.add(case.group)  # measured once per group, even if it fails
         started = time.perf_counter()
-        row = _identity(case, self.state, test, selected)
+        row = _identity(case, self.state, test, selected, self.state.weights.input_spec(case.spec))
         try:
             weights = self.state.weights.get(case.spec)
-            row.update(_identity(case, self.state, test, selected, weights.spec))
             row["weights"] = self.state.weights.choice
             row["weights_source"] = weights.source
             row["status"] = "passed"

@@ -76,6 +76,10 @@ class WeightsProvider:
         self.show_progress = progress_context or contextlib.nullcontext
         self._cache: dict[str, ModelWeights | Exception] = {}
 
+    def input_spec(self, spec: ModelSpec) -> ModelSpec:
+        """The spec at the input shape these weights run at, without training anything."""
+        return spec.at_task_shape() if self.choice == "trained" else spec
+
     def get(self, spec: ModelSpec) -> ModelWeights:
         """Resolved once per model; a failure (no train split, say) is remembered and raised again
         for the model's other cases instead of training again."""
@@ -97,7 +101,7 @@ class WeightsProvider:
         from optbench.tasks import task_for
         from optbench.training import TRAIN_SEED, train
 
-        spec = spec.at_task_shape()
+        spec = self.input_spec(spec)
         task = task_for(spec, self.data_dir)
         if task.num_classes != spec.num_classes:
             from dataclasses import replace
