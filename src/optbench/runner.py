@@ -170,7 +170,7 @@ class CaseRunner:
             row["weights_source"] = weights.source
             row["status"] = "passed"
             row.update(self._time_and_cost(case, time_fn, weights))
-            self._judge(case, row)
+            self._judge(case, row, weights)
         except Exception as error:  # a failing technique is a failed row; the run goes on
             row["status"] = "oom" if _is_oom(error) else "failed"
             row["reason"] = describe_error(error)
@@ -201,7 +201,7 @@ class CaseRunner:
         row["baseline_latency_ms"] = base["latency_ms_median"]
         row["speedup"] = 1.0 if base is row else base["latency_ms_median"] / row["latency_ms_median"]
 
-    def _judge(self, case: Case, row: dict[str, Any]) -> None:
+    def _judge(self, case: Case, row: dict[str, Any], weights: ModelWeights) -> None:
         """Accuracy, fidelity to fp32 and the status they imply, from the held-out logits."""
         logits = row.get("_logits")
         if row.pop("_nonfinite_output", False) or (logits is not None and accuracy.has_nonfinite(logits)):
@@ -210,7 +210,7 @@ class CaseRunner:
             return
         if logits is None:
             return
-        _, labels = self.state.weights.get(case.spec).eval_set(self.state.eval_limit)
+        _, labels = weights.eval_set(self.state.eval_limit)
         row["top1"] = accuracy.topk_accuracy(logits, labels, 1)
         row["top5"] = accuracy.topk_accuracy(logits, labels, 5)
         if case.technique == BASELINE:

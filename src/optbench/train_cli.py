@@ -14,30 +14,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
 
-    import contextlib
-
     from optbench.modelspec import MODELS, load_zoo
     from optbench.weights import WeightsProvider
 
     load_zoo()
     names = [n.strip() for n in args.models.split(",")] if args.models else MODELS.names()
     MODELS.check(names)
-    provider = WeightsProvider("trained", data_dir=Path(args.data_dir) if args.data_dir else None)
-    if args.quiet:
-        import optbench.training as training
-
-        real_train = training.train
-        training.train = lambda spec, task, seed=0, progress=True: real_train(
-            spec, task, seed, progress=False
-        )
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    provider = WeightsProvider("trained", data_dir=data_dir, progress=not args.quiet)
     total = time.perf_counter()
     print(
         f"{'model':20s} {'input':>9s} {'cache':>5s} {'seconds':>8s} {'epochs':>6s} {'top1':>6s} {'target':>6s}"
     )
     for name in names:
         started = time.perf_counter()
-        with contextlib.redirect_stdout(None) if args.quiet else contextlib.nullcontext():
-            weights = provider.get(MODELS.get(name))
+        weights = provider.get(MODELS.get(name))
         seconds = time.perf_counter() - started
         rec = weights.record
         print(

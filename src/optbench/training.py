@@ -23,14 +23,6 @@ class TrainResult:
     seconds: float
     reached_target: bool
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "top1": self.top1,
-            "epochs": self.epochs,
-            "seconds": self.seconds,
-            "reached_target": self.reached_target,
-        }
-
 
 @torch.inference_mode()
 def predict(forward: Any, x: torch.Tensor, batch_size: int = 256) -> torch.Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ class WeightsProvider:
         data_dir: Path | None = None,
         cache_root: Path | None = None,
         progress_context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+        progress: bool = True,
     ) -> None:
         if choice not in WEIGHT_CHOICES:
             raise UsageProblem(f"unknown weights {choice!r}; valid weights: {', '.join(WEIGHT_CHOICES)}")
@@ -74,6 +75,7 @@ class WeightsProvider:
         self.cache_root = cache_root
         # Lets the pytest plugin show training progress bars past output capture.
         self.show_progress = progress_context or contextlib.nullcontext
+        self.progress = progress
         self._cache: dict[str, ModelWeights | Exception] = {}
 
     def input_spec(self, spec: ModelSpec) -> ModelSpec:
@@ -104,14 +106,12 @@ class WeightsProvider:
         spec = self.input_spec(spec)
         task = task_for(spec, self.data_dir)
         if task.num_classes != spec.num_classes:
-            from dataclasses import replace
-
             spec = replace(spec, num_classes=task.num_classes)
 
         def train_fn() -> tuple[torch.nn.Module, dict[str, Any]]:
             with self.show_progress():
-                model, result = train(spec, task, TRAIN_SEED)
-            return model, result.as_dict()
+                model, result = train(spec, task, TRAIN_SEED, progress=self.progress)
+            return model, asdict(result)
 
         state, record = load_or_train(spec, task, TRAIN_SEED, train_fn, self.cache_root)
         return ModelWeights(
@@ -119,8 +119,6 @@ class WeightsProvider:
         )
 
     def _pretrained(self, spec: ModelSpec) -> ModelWeights:
-        from dataclasses import replace
-
         if spec.task != IMAGE:
             raise UsageProblem(
                 f"--weights pretrained: {spec.name!r} is not a torchvision model with pretrained weights"
