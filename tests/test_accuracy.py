@@ -9,7 +9,7 @@ from optbench.accuracy import accuracy_ok, baseline_is_deterministic, fidelity, 
 from optbench.case import Case
 from optbench.results import ResultsWriter
 from optbench.runner import CaseFailed, CaseRunner, RunState
-from optbench.techniques import Prepared, Technique, register_technique
+from optbench.techniques import Technique, register_technique
 from optbench.timing import TimingPolicy
 from optbench.weights import WeightsProvider
 
@@ -46,8 +46,9 @@ class ProducesNaN(Technique):
     family = "precision"
     api = "test"
 
-    def apply(self, model, inputs, device):
-        return Prepared(forward=lambda x: model(x) * float("nan"), inputs=inputs, module=model)
+    def apply(self, prepared, ctx):
+        model = prepared.module
+        return prepared.then(self.api, forward=lambda x: model(x) * float("nan"))
 
 
 @register_technique
@@ -56,14 +57,15 @@ class TooLossy(Technique):
     family = "precision"
     api = "test"
 
-    def apply(self, model, inputs, device):
+    def apply(self, prepared, ctx):
         gen = torch.Generator().manual_seed(0)
+        model = prepared.module
 
         def forward(x):
             out = model(x)
             return out + 50 * torch.randn(out.shape, generator=gen)
 
-        return Prepared(forward=forward, inputs=inputs, module=model)
+        return prepared.then(self.api, forward=forward)
 
 
 @pytest.fixture
@@ -108,16 +110,16 @@ def test_nan_output_and_fail_accuracy_fail_the_case_unless_record_only(state):
 
 
 def test_nondeterministic_baseline_is_flagged(state, monkeypatch):
-    import optbench.runner as runner_module
+    import optbench.measure as measure_module
 
     calls = iter(range(1000))
-    real = CaseRunner._evaluate
+    real = measure_module.evaluate
 
-    def flaky(self, prepared, weights, batch_size, device, limit):
-        logits = real(self, prepared, weights, batch_size, device, limit)
+    def flaky(prepared, x, batch_size, device):
+        logits = real(prepared, x, batch_size, device)
         return logits if next(calls) % 2 == 0 else -logits
 
-    monkeypatch.setattr(runner_module.CaseRunner, "_evaluate", flaky)
+    monkeypatch.setattr(measure_module, "evaluate", flaky)
     with pytest.raises(CaseFailed, match="different outputs"):
         CaseRunner(state).run(Case("tiny_mlp", "eager", "cpu", 4))
     assert state.rows[-1]["status"] == "nondeterministic_baseline"

@@ -8,7 +8,7 @@ import torch
 from optbench.case import Case
 from optbench.results import ResultsWriter, load
 from optbench.runner import CaseFailed, CaseRunner, RunState
-from optbench.techniques import Prepared, Technique, register_technique
+from optbench.techniques import Technique, register_technique
 from optbench.timing import TimingPolicy
 
 FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=2, budget_s=0.05, min_rounds=6, max_rounds=50)
@@ -20,7 +20,7 @@ class ExplodesInApply(Technique):
     family = "precision"
     api = "test"
 
-    def apply(self, model, inputs, device):
+    def apply(self, prepared, ctx):
         raise RuntimeError("conversion failed on purpose")
 
 
@@ -30,11 +30,11 @@ class ExplodesOnCall(Technique):
     family = "precision"
     api = "test"
 
-    def apply(self, model, inputs, device):
+    def apply(self, prepared, ctx):
         def forward(*args):
             raise ValueError("kernel missing")
 
-        return Prepared(forward=forward, inputs=inputs, module=model)
+        return prepared.then(self.api, forward=forward)
 
 
 @pytest.fixture

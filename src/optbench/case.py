@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from optbench.devices import unavailable_reason
 from optbench.modelspec import MODELS, ModelSpec
-from optbench.techniques import TECHNIQUES, Technique
+from optbench.techniques import Stack, Technique, default_techniques, resolve
 
 BASELINE = "eager"
 
@@ -31,7 +31,19 @@ class Case:
 
     @property
     def tech(self) -> Technique:
-        return TECHNIQUES.get(self.technique)
+        """The technique, or the stack of techniques, this case applies."""
+        return resolve(self.technique)
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The technique families involved (each part's, for a stack)."""
+        tech = self.tech
+        return tech.families if isinstance(tech, Stack) else (tech.family,)
+
+    @property
+    def family(self) -> str:
+        """The row's family column: 'precision', or 'layout+precision+compile' for a stack."""
+        return "+".join(self.families)
 
     @property
     def group(self) -> tuple[str, str, str, int]:
@@ -45,7 +57,8 @@ class Case:
 @dataclass(frozen=True)
 class Selection:
     models: list[str]
-    techniques: list[str]
+    techniques: list[str] | None
+    """None: every registered technique plus the default stacks of each device."""
     devices: list[str]
     batch_sizes: list[int] | None
     """None: each model's batch sizes for the profile."""
@@ -55,9 +68,11 @@ class Selection:
 def build_matrix(selection: Selection, mode: str) -> list[Case]:
     """Every case of the selection, each eager baseline first in its group so speedups are measured
     close in time. Unsupported cases stay in, with the reason they will be skipped."""
-    techniques = [t for t in selection.techniques if t == BASELINE] + [
-        t for t in selection.techniques if t != BASELINE
-    ]
+
+    def techniques_on(device: str) -> list[str]:
+        chosen = selection.techniques if selection.techniques is not None else default_techniques(device)
+        return [t for t in chosen if t == BASELINE] + [t for t in chosen if t != BASELINE]
+
     cases = []
     for model in selection.models:
         spec = MODELS.get(model)
@@ -67,9 +82,7 @@ def build_matrix(selection: Selection, mode: str) -> list[Case]:
         )
         for device in selection.devices:
             for batch_size in batch_sizes:
-                for technique in techniques:
-                    reason = unavailable_reason(device) or TECHNIQUES.get(technique).supports(
-                        spec, device, mode
-                    )
+                for technique in techniques_on(device):
+                    reason = unavailable_reason(device) or resolve(technique).supports(spec, device, mode)
                     cases.append(Case(model, technique, device, batch_size, mode, skip_reason=reason))
     return cases

@@ -67,8 +67,13 @@ def load_or_train(
             )
     model, meta = train_fn()
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    atomic_save({"state_dict": state, "meta": meta}, path)
+    return state, {**meta, "cache": "miss", "path": str(path)}
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """torch.save to `path` so that an interrupted save never leaves a truncated file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save({"state_dict": state, "meta": meta}, tmp)
-    os.replace(tmp, path)  # atomic: an interrupted save never leaves a truncated checkpoint behind
-    return state, {**meta, "cache": "miss", "path": str(path)}
+    torch.save(obj, tmp)
+    os.replace(tmp, path)

@@ -47,6 +47,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return list(self._items)
 
+    def origin(self, name: str) -> str:
+        """The file that registered `name` ('' when unknown)."""
+        return self._origins.get(name, "")
+
     def check(self, names: list[str]) -> None:
         """Raise UnknownNameError naming every unknown name at once."""
         unknown = [n for n in names if n not in self._items]

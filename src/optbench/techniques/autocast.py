@@ -6,19 +6,21 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
 
 from optbench.modelspec import ModelSpec
 from optbench.techniques.base import Prepared, Technique, register_technique
+from optbench.techniques.context import TechniqueContext
 
 
-def _autocast_forward(model: nn.Module, device_type: str, dtype: torch.dtype) -> Callable[..., Any]:
-    def forward(*inputs: Any) -> Any:
+def _autocast_forward(
+    forward: Callable[..., Any], device_type: str, dtype: torch.dtype
+) -> Callable[..., Any]:
+    def autocast_forward(*inputs: Any) -> Any:
         # The context is entered on every call, as user code would: its cost belongs to the technique.
         with torch.autocast(device_type=device_type, dtype=dtype):
-            return model(*inputs)
+            return forward(*inputs)
 
-    return forward
+    return autocast_forward
 
 
 @register_technique
@@ -34,14 +36,9 @@ class Bf16Autocast(Technique):
             return "this CUDA device has no bfloat16 support"
         return super().supports(spec, device, mode)
 
-    def apply(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device) -> Prepared:
-        return Prepared(
-            forward=_autocast_forward(model, device.type, torch.bfloat16),
-            inputs=inputs,
-            module=model,
-            dtype="bfloat16 (autocast)",
-            api=self.api,
-        )
+    def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
+        forward = _autocast_forward(prepared.forward, ctx.device.type, torch.bfloat16)
+        return prepared.then(self.api, forward=forward, dtype="bfloat16 (autocast)")
 
 
 @register_technique
@@ -52,11 +49,6 @@ class Fp16Autocast(Technique):
     api = "torch.autocast (CUDA AMP)"
     description = "float16 autocast, the classic CUDA AMP; on CPU use bf16_autocast instead"
 
-    def apply(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device) -> Prepared:
-        return Prepared(
-            forward=_autocast_forward(model, device.type, torch.float16),
-            inputs=inputs,
-            module=model,
-            dtype="float16 (autocast)",
-            api=self.api,
-        )
+    def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
+        forward = _autocast_forward(prepared.forward, ctx.device.type, torch.float16)
+        return prepared.then(self.api, forward=forward, dtype="float16 (autocast)")

@@ -1,34 +1,76 @@
-"""Technique: one optimization, applied to a built model. Techniques know nothing of pytest or results."""
+"""Technique: one optimization, applied to a prepared model. Techniques know nothing of pytest or results."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
 from torch import nn
 
 from optbench.modelspec import ModelSpec, file_hash
 from optbench.registry import Registry
 
+if TYPE_CHECKING:
+    from optbench.techniques.context import TechniqueContext
+
 FAMILIES = ("baseline", "precision", "layout", "compile", "quantization", "pruning", "training", "data")
 ALL_DEVICES = frozenset({"cpu", "cuda", "mps"})
+FP32 = "float32"
 
 
-@dataclass
+def _same(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    return inputs
+
+
+@dataclass(frozen=True)
 class Prepared:
-    """What a technique hands back: the callable to time, with the inputs to call it with."""
+    """What a technique hands on: the callable to time, the inputs to call it with, and the module
+    whose weights it runs. Techniques take one and return another, so they compose into stacks."""
 
     forward: Callable[..., Any]
     inputs: tuple[Any, ...]
     module: nn.Module
     """The module whose weights the technique produced (for size and parameter counts)."""
-    dtype: str = "float32"
+    dtype: str = FP32
+    """The compute dtype: 'float32', 'bfloat16 (autocast)', 'int8', ..."""
     api: str = ""
-    adapt_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda inputs: inputs
+    """The APIs that produced it, in order ('torch.channels_last + torch.autocast')."""
+    adapt_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] = _same
     """Applied to evaluation batches the way the technique changed `inputs` (e.g. channels_last)."""
+
+    @classmethod
+    def eager(cls, model: nn.Module, inputs: tuple[Any, ...]) -> Prepared:
+        """The starting point: the model as built, called on its example inputs."""
+        return cls(forward=model, inputs=inputs, module=model)
+
+    def then(
+        self,
+        api: str,
+        *,
+        forward: Callable[..., Any] | None = None,
+        module: nn.Module | None = None,
+        dtype: str | None = None,
+        adapt_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
+    ) -> Prepared:
+        """This Prepared after one more technique: its API is appended, its input change composed
+        after the earlier ones (and applied to the example inputs now)."""
+        adapt = self.adapt_inputs
+        inputs = self.inputs
+        if adapt_inputs is not None:
+            first = self.adapt_inputs
+            adapt = (lambda xs: adapt_inputs(first(xs))) if first is not _same else adapt_inputs
+            inputs = adapt_inputs(inputs)
+        return replace(
+            self,
+            forward=forward if forward is not None else self.forward,
+            inputs=inputs,
+            module=module if module is not None else self.module,
+            dtype=dtype if dtype is not None else self.dtype,
+            api=f"{self.api} + {api}" if self.api else api,
+            adapt_inputs=adapt,
+        )
 
 
 class Technique:
@@ -39,6 +81,11 @@ class Technique:
     api: ClassVar[str] = ""
     """The API that produced the result, e.g. 'torch.autocast' or 'torch.ao.quantization'."""
     description: ClassVar[str] = ""
+    shape_specific: ClassVar[bool] = False
+    """True when the prepared object only serves the input shape it was prepared at (a graph exported
+    with static shapes, say): the runner then applies the technique again for the evaluation shape."""
+    exclusive_families: ClassVar[frozenset[str]] = frozenset({"precision", "quantization"})
+    """Families of which a stack may hold one technique only (two compute precisions conflict)."""
 
     def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:
         """None when the technique applies, else the reason it does not (shown as the skip reason)."""
@@ -48,8 +95,15 @@ class Technique:
             return f"{self.name} has no {mode} mode (modes: {', '.join(sorted(self.modes))})"
         return None
 
-    def apply(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device) -> Prepared:
-        """Prepare `model` (already on `device`, in eval mode for inference) for fast calls."""
+    def conflict(self, other: Technique) -> str | None:
+        """Why this technique and `other` cannot be stacked, or None."""
+        if self.family == other.family and self.family in self.exclusive_families:
+            return f"{self.name} and {other.name} both set the {self.family}; a stack takes one"
+        return None
+
+    def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
+        """Return `prepared` after this technique. Runs outside inference mode, so a technique may
+        calibrate, fine-tune or use autograd; the model is on `ctx.device`, in eval mode."""
         raise NotImplementedError
 
     def code_hash(self) -> str:
@@ -63,5 +117,7 @@ def register_technique(cls: type[Technique]) -> type[Technique]:
     """Class decorator: register one instance of the technique under its name."""
     if cls.family not in FAMILIES:
         raise ValueError(f"technique {cls.name!r} has unknown family {cls.family!r}; families: {FAMILIES}")
+    if "+" in cls.name:
+        raise ValueError(f"technique name {cls.name!r} may not contain '+' (it joins techniques into stacks)")
     TECHNIQUES.add(cls.name, cls(), origin=inspect.getfile(cls))
     return cls

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from optbench.modelspec import IMAGE, ModelSpec
 from optbench.techniques.base import Prepared, Technique, register_technique
+from optbench.techniques.context import TechniqueContext
 
 
 @register_technique
@@ -21,17 +21,10 @@ class ChannelsLast(Technique):
             return "channels_last applies to 4-D image inputs only"
         return super().supports(spec, device, mode)
 
-    def apply(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device) -> Prepared:
-        model = model.to(memory_format=torch.channels_last)
-        return Prepared(
-            forward=model,
-            inputs=_nhwc(inputs),
-            module=model,
-            dtype="float32",
-            api=self.api,
-            adapt_inputs=_nhwc,
-        )
+    def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
+        prepared.module.to(memory_format=torch.channels_last)  # in place: forward may wrap the module
+        return prepared.then(self.api, adapt_inputs=_nhwc)
 
 
 def _nhwc(inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    return tuple(x.contiguous(memory_format=torch.channels_last) for x in inputs)
+    return tuple(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs)

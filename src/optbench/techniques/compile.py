@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 
 import torch
-from torch import nn
 
 from optbench.modelspec import ModelSpec
 from optbench.techniques.base import Prepared, Technique, register_technique
+from optbench.techniques.context import TechniqueContext
 
 
 @register_technique
@@ -16,14 +16,18 @@ class Compile(Technique):
     name = "compile"
     family = "compile"
     api = "torch.compile (inductor)"
-    description = "torch.compile(model) with the default inductor backend and mode"
+    description = "torch.compile(model) with the inductor backend, default mode, static shapes"
 
     def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:
         if device == "cpu" and not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
             return "torch.compile on cpu needs a C++ compiler on PATH (inductor generates C++)"
         return super().supports(spec, device, mode)
 
-    def apply(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device) -> Prepared:
+    def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
+        # Dynamo caches graphs per code object, shared by every instance of a class (all ResNets):
+        # without a reset a case could reuse another case's graph, or a symbolic-shape one, and its
+        # prepare_s would hold no compilation. Static shapes: each case is compiled for its own shape.
+        torch._dynamo.reset()
         # Compilation itself happens on the first call, which the runner times as part of prepare_s.
-        compiled = torch.compile(model, backend="inductor")
-        return Prepared(forward=compiled, inputs=inputs, module=model, dtype="float32", api=self.api)
+        compiled = torch.compile(prepared.forward, backend="inductor", dynamic=False)
+        return prepared.then(self.api, forward=compiled)

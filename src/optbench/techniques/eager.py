@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import torch
-from torch import nn
-
 from optbench.techniques.base import Prepared, Technique, register_technique
+from optbench.techniques.context import TechniqueContext
 
 
 @register_technique
@@ -15,5 +13,5 @@ class Eager(Technique):
     api = "torch.nn.Module"
     description = "fp32 eager execution, unchanged: the reference for speedup and fidelity"
 
-    def apply(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device) -> Prepared:
-        return Prepared(forward=model, inputs=inputs, module=model, dtype="float32", api=self.api)
+    def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
+        return prepared.then(self.api)
