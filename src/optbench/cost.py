@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 
 def parameter_counts(module: nn.Module) -> tuple[int, int]:
@@ -71,14 +73,40 @@ def _lstm_flops(
     return flops
 
 
+def _cpu_attention_flops(
+    query: torch.Size, key: torch.Size, value: torch.Size, *args: Any, **kwargs: Any
+) -> int:
+    """scaled_dot_product_attention's CPU kernel has no formula in torch.utils.flop_counter: use the
+    one it has for the CUDA kernels (Q @ K^T and attention @ V)."""
+    return sdpa_flop_count(query, key, value)
+
+
 # The counter decomposes any overload it has no formula for (and lstm's decomposition counts nothing),
 # then looks formulas up by op packet: register both.
-_CUSTOM = {torch.ops.aten.lstm.input: _lstm_flops, torch.ops.aten.lstm: _lstm_flops}
+_CUSTOM = {
+    torch.ops.aten.lstm.input: _lstm_flops,
+    torch.ops.aten.lstm: _lstm_flops,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops,
+}
+
+
+@contextlib.contextmanager
+def _regular_attention_path() -> Iterator[None]:
+    """nn.TransformerEncoder's and nn.MultiheadAttention's fused inference fast path hides their
+    matmuls from the counter (a BERT-base encoder counted about 0 FLOPs): count on the regular path,
+    which does the same arithmetic."""
+    mha = torch.backends.mha
+    was = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(was)
 
 
 def count_flops(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
     """FLOPs of one forward call (multiply-add = 2), counted by torch.utils.flop_counter."""
     counter = FlopCounterMode(display=False, custom_mapping=_CUSTOM)
-    with counter, torch.inference_mode():
+    with _regular_attention_path(), counter, torch.inference_mode():
         model(*inputs)
     return int(counter.get_total_flops())
