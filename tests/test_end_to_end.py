@@ -53,6 +53,16 @@ def collected_ids(*args: str) -> list[str]:
         (["--weights", "best"], "ERROR: unknown weights 'best'; valid weights: random, trained, pretrained"),
         (["--data-dir", "/no/such/dir"], "ERROR: --data-dir /no/such/dir does not exist"),
         (["--accuracy-floor", "2"], "ERROR: --accuracy-floor takes a fraction in (0, 1]"),
+        (
+            ["--timing-shape", "bogus"],
+            "ERROR: unknown timing shape 'bogus'; valid timing shapes: deploy, task",
+        ),
+        (["--techniques", "channels_last+nope"], "ERROR: unknown technique 'nope' in 'channels_last+nope'"),
+        (["--techniques", "compile+compile"], "ERROR: technique stack 'compile+compile' repeats 'compile'"),
+        (
+            ["--techniques", "channels_last++compile"],
+            "ERROR: technique stack 'channels_last++compile' has an empty part",
+        ),
     ],
 )
 def test_bad_names_are_one_line_usage_errors(args, message):
@@ -61,6 +71,8 @@ def test_bad_names_are_one_line_usage_errors(args, message):
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(message), lines
     assert "Traceback" not in out.stderr
+    if "technique" in message or "stack" in message:
+        assert "valid techniques: " in lines[0] and "channels_last" in lines[0]
 
 
 def test_pretrained_weights_offline_name_the_file_and_where(tmp_path):
@@ -83,20 +95,35 @@ def test_selection_options_keyword_and_markers():
     assert ids == [
         "resnet18-eager-cpu-bs8",
         "resnet18-compile-cpu-bs8",
-        "vit_b_16-eager-cpu-bs8",
-        "vit_b_16-compile-cpu-bs8",
+        "vit_b_16-eager-cpu-bs2",
+        "vit_b_16-compile-cpu-bs2",
     ]
-    assert collected_ids("-k", "resnet18 and bf16") == ["resnet18-bf16_autocast-cpu-bs8"]
+    assert collected_ids("-k", "resnet18 and bf16", "--devices", "cpu") == [
+        "resnet18-bf16_autocast-cpu-bs8",
+        "resnet18-channels_last+bf16_autocast-cpu-bs8",
+        "resnet18-channels_last+bf16_autocast+compile-cpu-bs8",
+    ]
     with_cuda = collected_ids("--models", "resnet18", "--techniques", "eager", "--devices", "cpu,cuda")
     assert with_cuda == ["resnet18-eager-cpu-bs8", "resnet18-eager-cuda-bs8"]
     assert collected_ids(
         "--models", "resnet18", "--techniques", "eager", "--devices", "cpu,cuda", "-m", "not cuda"
     ) == ["resnet18-eager-cpu-bs8"]
-    assert collected_ids("--models", "resnet18", "-m", "precision", "--batch-sizes", "1,4") == [
+    # A stack carries the markers of each of its parts, and "stack".
+    assert collected_ids(
+        "--models", "resnet18", "-m", "precision", "--batch-sizes", "1,4", "--devices", "cpu"
+    ) == [
         "resnet18-bf16_autocast-cpu-bs1",
         "resnet18-fp16_autocast-cpu-bs1",
+        "resnet18-channels_last+bf16_autocast-cpu-bs1",
+        "resnet18-channels_last+bf16_autocast+compile-cpu-bs1",
         "resnet18-bf16_autocast-cpu-bs4",
         "resnet18-fp16_autocast-cpu-bs4",
+        "resnet18-channels_last+bf16_autocast-cpu-bs4",
+        "resnet18-channels_last+bf16_autocast+compile-cpu-bs4",
+    ]
+    assert collected_ids("--models", "resnet18", "-m", "stack", "--devices", "cuda") == [
+        "resnet18-channels_last+fp16_autocast-cuda-bs8",
+        "resnet18-channels_last+fp16_autocast+compile-cuda-bs8",
     ]
 
 
@@ -104,7 +131,18 @@ def test_selection_options_keyword_and_markers():
 def smoke_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
     cache = tmp_path_factory.mktemp("cache")
-    args = ("bench/", "--profile", "smoke", "--results-dir", str(results), "--run-id", "smoke")
+    # --devices cpu: the expectations below hold on a machine with a GPU too.
+    args = (
+        "bench/",
+        "--profile",
+        "smoke",
+        "--devices",
+        "cpu",
+        "--results-dir",
+        str(results),
+        "--run-id",
+        "smoke",
+    )
     out = run_bench(*args, cache=cache)
     return out, results, cache, args
 
@@ -112,7 +150,15 @@ def smoke_run(tmp_path_factory):
 SMOKE_IDS = {
     f"{model}-{tech}-cpu-bs{bs}"
     for model, bs in (("resnet18", 2), ("lstm_classifier", 4))
-    for tech in ("eager", "channels_last", "bf16_autocast", "fp16_autocast", "compile")
+    for tech in (
+        "eager",
+        "channels_last",
+        "bf16_autocast",
+        "fp16_autocast",
+        "compile",
+        "channels_last+bf16_autocast",
+        "channels_last+bf16_autocast+compile",
+    )
 }
 
 
@@ -139,6 +185,8 @@ def test_smoke_profile_writes_one_sane_row_per_case(smoke_run):
         "resnet18-fp16_autocast-cpu-bs2",
         "lstm_classifier-fp16_autocast-cpu-bs4",
         "lstm_classifier-channels_last-cpu-bs4",
+        "lstm_classifier-channels_last+bf16_autocast-cpu-bs4",
+        "lstm_classifier-channels_last+bf16_autocast+compile-cpu-bs4",
     }
     assert skipped["reason"].str.len().gt(10).all()
     compiled = passed.set_index("case_id").loc["resnet18-compile-cpu-bs2"]
@@ -152,7 +200,9 @@ def test_smoke_rows_carry_accuracy_fidelity_and_status(smoke_run):
     assert (passed["weights"] == "trained").all() and passed["weights_source"].str.contains(
         "cache miss"
     ).all()
-    assert set(passed["input_shape"]) == {"3x32x32", "seq32"}  # trained weights run at the task's shape
+    # Timed at the deployment shape, evaluated at the task's shape, with the same trained weights.
+    assert set(passed["input_shape"]) == {"3x224x224", "seq64"}
+    assert set(passed["eval_input_shape"]) == {"3x32x32", "seq32"}
     assert (passed["eval_samples"] > 0).all() and (passed["top1"] > 0.5).all()
     assert (passed["top1"] >= 0.99 * passed["top1_fp32"]).all()
     for column in ("agreement", "max_abs_error", "mean_abs_error", "cosine_similarity", "top1_ratio"):
@@ -208,7 +258,7 @@ class Explode(Technique):
     family = "precision"
     api = "user"
 
-    def apply(self, model, inputs, device):
+    def apply(self, prepared, ctx):
         raise RuntimeError("this technique always fails")
 """
 

@@ -20,6 +20,8 @@ _LAZY = {
     "Prepared": "optbench.techniques.base",
     "register_technique": "optbench.techniques.base",
     "TECHNIQUES": "optbench.techniques.base",
+    "TechniqueContext": "optbench.techniques.context",
+    "register_default_stack": "optbench.techniques.stack",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -13,13 +13,9 @@ EXIT_USAGE = 2
 
 def _show(args: argparse.Namespace) -> int:
     from optbench.results import load
-    from optbench.summary import comparison_table, skip_reasons
+    from optbench.summary import run_summary
 
-    frame = load(args.path)
-    print(comparison_table(frame))
-    reasons = skip_reasons(frame)
-    if reasons:
-        print("\n" + reasons)
+    print(run_summary(load(args.path)))
     return EXIT_OK
 
 

@@ -24,6 +24,9 @@ from optbench.registry import Registry, UsageProblem
 # entry for a profile is not part of that profile.
 DEFAULT_BATCH_SIZES: dict[str, tuple[int, ...]] = {"smoke": (2,), "default": (8,), "full": (1, 8, 32)}
 
+SHAPES = ("deploy", "task")
+"""--timing-shape: time at the deployment shape (default) or at the task shape."""
+
 IMAGE = "image_classification"
 TEXT = "text_classification"
 
@@ -48,18 +51,25 @@ class ModelSpec:
     task: str
     build: Callable[..., nn.Module]
     """build(num_classes) -> a model with random (seeded by the caller) weights. A builder that
-    takes `resolution=` gets the spec's resolution (models with fixed input size, like ViT)."""
+    takes `resolution=` (or `seq_len=`) gets the spec's: its weights are tied to the input shape,
+    as ViT's position embeddings are, and it is built anew for each shape (see `adapt_weights`)."""
     make_inputs: Callable[[ModelSpec, int, torch.Generator], tuple[torch.Tensor, ...]]
     """make_inputs(spec, batch_size, generator) -> CPU tensors for one forward call."""
     num_classes: int = 10
     resolution: int | None = None
+    """Deployment image side: the shape the model is timed at (`--timing-shape deploy`)."""
     seq_len: int | None = None
+    """Deployment tokens per sequence: the shape the model is timed at."""
     batch_sizes: dict[str, tuple[int, ...]] = field(default_factory=lambda: dict(DEFAULT_BATCH_SIZES))
     tags: frozenset[str] = frozenset()
     task_resolution: int | None = None
-    """Image side the model is trained, timed and evaluated at with trained weights."""
+    """Image side the model is trained and evaluated at on its task (default: `resolution`)."""
     task_seq_len: int | None = None
-    """Tokens per sequence the model is trained, timed and evaluated at with trained weights."""
+    """Tokens per sequence the model is trained and evaluated at on its task (default: `seq_len`)."""
+    adapt_weights: Callable[[dict[str, torch.Tensor], ModelSpec], dict[str, torch.Tensor]] | None = None
+    """adapt_weights(state_dict, spec) -> the state dict for a model built at `spec`'s shape, for a
+    shape-tied model (ViT: interpolate the position embeddings, as torchvision does to fine-tune at a
+    new resolution)."""
     vocab_size: int | None = None
     recipe: TrainRecipe = field(default_factory=TrainRecipe)
     source: str = ""
@@ -74,22 +84,39 @@ class ModelSpec:
             return f"seq{self.seq_len}"
         return ""
 
+    @property
+    def task_input_shape(self) -> str:
+        return self.at_task_shape().input_shape
+
+    @property
+    def shape_tied(self) -> bool:
+        """True when the builder takes the input shape: one built model serves one shape only."""
+        return bool(self._shape_kwargs())
+
+    def _shape_kwargs(self) -> dict[str, int]:
+        params = inspect.signature(self.build).parameters
+        given = {"resolution": self.resolution, "seq_len": self.seq_len}
+        return {k: v for k, v in given.items() if k in params and v is not None}
+
     def build_model(self) -> nn.Module:
-        if self.resolution is not None and "resolution" in inspect.signature(self.build).parameters:
-            return self.build(self.num_classes, resolution=self.resolution)
-        return self.build(self.num_classes)
+        return self.build(self.num_classes, **self._shape_kwargs())
 
     def example_inputs(self, batch_size: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
         return self.make_inputs(self, batch_size, gen)
 
     def at_task_shape(self) -> ModelSpec:
-        """This spec with its inputs at the task's shape: trained weights are timed on the input
-        they are evaluated on, so the timed model and the evaluated model are one."""
+        """This spec with its inputs at the task's shape (what it trains and is evaluated at)."""
         return replace(
             self,
             resolution=self.task_resolution or self.resolution,
             seq_len=self.task_seq_len or self.seq_len,
         )
+
+    def at_shape(self, which: str) -> ModelSpec:
+        """'deploy': this spec; 'task': at its task shape."""
+        if which not in SHAPES:
+            raise UsageProblem(f"unknown timing shape {which!r}; valid timing shapes: {', '.join(SHAPES)}")
+        return self if which == "deploy" else self.at_task_shape()
 
     def code_hash(self) -> str:
         return file_hash(self.source)
@@ -134,9 +161,11 @@ def image_classifier(
     tags: Iterable[str] = (),
     task_resolution: int | None = None,
     recipe: TrainRecipe | None = None,
+    adapt_weights: Callable[[dict[str, torch.Tensor], ModelSpec], dict[str, torch.Tensor]] | None = None,
 ) -> ModelSpec:
-    """Spec for a model taking a float image batch (N, 3, H, W). `build` may take `resolution=` too
-    (models with fixed-size inputs, like ViT, need it); it is passed when the spec is built."""
+    """Spec for a model taking a float image batch (N, 3, H, W), timed at `resolution` (its
+    deployment shape) and trained and evaluated at `task_resolution` (default: the same). `build` may
+    take `resolution=` too (models with fixed-size inputs, like ViT); then give `adapt_weights`."""
 
     return ModelSpec(
         name=name,
@@ -149,6 +178,7 @@ def image_classifier(
         batch_sizes=dict(batch_sizes or DEFAULT_BATCH_SIZES),
         tags=frozenset(tags) | {"image"},
         recipe=recipe or TrainRecipe(),
+        adapt_weights=adapt_weights,
         source=inspect.stack()[1].filename,
     )
 
@@ -164,7 +194,8 @@ def text_classifier(
     task_seq_len: int | None = None,
     recipe: TrainRecipe | None = None,
 ) -> ModelSpec:
-    """Spec for a model taking token ids (N, seq_len) in [0, vocab_size)."""
+    """Spec for a model taking token ids (N, seq_len) in [0, vocab_size), timed at `seq_len` (its
+    deployment shape) and trained and evaluated at `task_seq_len` (default: the same)."""
 
     return ModelSpec(
         name=name,

@@ -24,15 +24,16 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("test", "the benchmark test that ran it (inference, ...)"),
     ("model", "model name in the registry"),
     ("task", "the model's task (image_classification, text_classification)"),
-    ("technique", "technique name in the registry"),
-    ("family", "technique family (baseline, precision, layout, compile, ...)"),
+    ("technique", "technique name in the registry, or a stack of them joined by '+'"),
+    ("family", "technique family (baseline, precision, layout, compile, ...); a stack's joined by '+'"),
     ("device", "cpu, cuda or mps"),
     ("device_name", "CPU model or GPU name"),
     ("mode", "inference (training comes later)"),
     ("batch_size", "samples per call"),
-    ("input_shape", "one sample's input shape: 3xHxW for images, seqN for token sequences"),
-    ("resolution", "image side in pixels (empty for text models)"),
-    ("seq_len", "tokens per sequence (empty for image models)"),
+    ("input_shape", "one sample's timed input shape: 3xHxW for images, seqN for token sequences"),
+    ("eval_input_shape", "one sample's input shape on the held-out split (empty without evaluation)"),
+    ("resolution", "timed image side in pixels (empty for text models)"),
+    ("seq_len", "timed tokens per sequence (empty for image models)"),
     ("dtype", "compute dtype the technique runs in"),
     ("api", "the API that produced the prepared model (these APIs move fast)"),
     ("selected", "False for an eager reference measured only because its case was deselected"),
@@ -59,9 +60,17 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("noisy", "IQR above 10% of the median: treat this row's latency with care"),
     ("throughput", "samples per second at the median latency"),
     ("speedup", "eager fp32 median / this median, same model, device, mode and batch, same run"),
+    ("speedup_ci95_low", "lower end of the speedup's 95% bootstrap interval (raw samples of both cases)"),
+    ("speedup_ci95_high", "upper end of that interval; an interval holding 1.0 is no clear difference"),
     ("baseline_case_id", "the eager case the speedup is against"),
     ("baseline_latency_ms", "that eager case's median, ms"),
-    ("prepare_s", "seconds to apply the technique plus the first call (compilation happens there)"),
+    ("prepare_s", "seconds to apply the technique plus the first call (compilation, calibration)"),
+    ("prepare_cached", "True when the technique's expensive preparation came from the cache (empty: none)"),
+    ("compiled_graphs", "graphs torch.compile compiled while preparing (more than 1: graph breaks)"),
+    (
+        "prepared_per_shape",
+        "True when the technique was applied again at eval_input_shape (the prepared object is shape-tied)",
+    ),
     ("first_call_ms", "the first call alone, ms"),
     # cost
     (
@@ -76,6 +85,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("size_compressed_bytes", "those bytes after zlib (level 1)"),
     ("flops_per_sample", "FLOPs of one sample's forward pass in the fp32 model (torch.utils.flop_counter)"),
     ("gflops_per_s", "achieved GFLOP/s: flops_per_sample x throughput / 1e9"),
+    ("pct_of_peak", "gflops_per_s as a percentage of the machine's measured ceiling for peak_dtype"),
+    ("peak_gflops_per_s", "that ceiling: best dense GEMM or convolution GFLOP/s measured on this machine"),
+    ("peak_dtype", "the compute dtype the row is compared in (float32, tfloat32, bfloat16, float16, int8)"),
     # quality
     ("eval_samples", "held-out samples the prepared (timed) model was evaluated on"),
     ("eval_s", "seconds that evaluation took"),
@@ -91,6 +103,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("cosine_similarity", "mean cosine similarity of each sample's logits with fp32's"),
     # context
     ("threads", "torch.get_num_threads()"),
+    ("tf32", "CUDA rows: True when TF32 is allowed for matmuls or cuDNN convolutions (empty on cpu)"),
     ("torch_version", "torch.__version__"),
     ("torchvision_version", "torchvision version"),
     ("python_version", "Python version"),
@@ -123,8 +136,9 @@ _INT_COLUMNS = (
     "size_compressed_bytes",
     "flops_per_sample",
     "eval_samples",
+    "compiled_graphs",
 )
-_BOOL_COLUMNS = ("selected", "precision_met", "noisy")
+_BOOL_COLUMNS = ("selected", "precision_met", "noisy", "prepare_cached", "prepared_per_shape", "tf32")
 
 
 def _clean(value: Any) -> Any:

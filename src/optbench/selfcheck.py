@@ -82,8 +82,8 @@ def run_selfcheck(
     import torch
     from torch.utils import benchmark as tbench
 
+    from optbench.measure import SEED
     from optbench.modelspec import MODELS, load_zoo
-    from optbench.runner import SEED
     from optbench.timing import time_calls
 
     load_zoo()

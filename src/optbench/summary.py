@@ -7,7 +7,20 @@ from typing import Any
 
 import pandas as pd
 
+from optbench.speedup import clear_difference
+
 _SHORT_STATUS = {"skipped": "skip", "failed": "FAILED", "oom": "OOM"}
+
+
+def _unclear(row: pd.Series) -> bool:
+    """A speedup whose 95% interval holds 1.0: no clear difference from eager fp32."""
+    if row.get("technique") == "eager":
+        return False
+    return clear_difference(_num(row.get("speedup_ci95_low")), _num(row.get("speedup_ci95_high"))) is False
+
+
+def _num(value: Any) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
 
 
 def _cell(row: pd.Series) -> str:
@@ -18,7 +31,7 @@ def _cell(row: pd.Series) -> str:
     marks = "~" if row.get("noisy") else ""
     if speedup is None or (isinstance(speedup, float) and math.isnan(speedup)):
         return f"{median:.3g}ms{marks}"
-    return f"{speedup:.2f}x {median:.3g}ms{marks}"
+    return f"{speedup:.2f}x{'=' if _unclear(row) else ''} {median:.3g}ms{marks}"
 
 
 def _accuracy_cell(row: pd.Series) -> str:
@@ -55,11 +68,28 @@ def comparison_table(frame: pd.DataFrame) -> str:
     then the same grid for held-out top-1 when the run has accuracy."""
     if frame.empty:
         return "(no cases)"
-    legend = "cells: speedup vs eager fp32, then median latency; ~ noisy (IQR > 10% of median); skip/FAILED/OOM: see reasons"
+    legend = (
+        "cells: speedup vs eager fp32, then median latency; = no clear difference (the speedup's 95% "
+        "interval holds 1.0); ~ noisy (IQR > 10% of median); skip/FAILED/OOM: see reasons"
+    )
     text = f"{_pivot(frame, _cell)}\n{legend}"
     if "top1" in frame.columns and frame["top1"].notna().any():
         text += f"\n\nheld-out top-1 (change vs eager fp32):\n{_pivot(frame, _accuracy_cell)}"
     return text
+
+
+def unclear_speedups(frame: pd.DataFrame) -> str:
+    """The cases whose speedup is no clear difference from eager fp32, with their intervals."""
+    if "speedup_ci95_low" not in frame.columns:
+        return ""
+    rows = frame[(frame["status"] == "passed") & frame.apply(_unclear, axis=1)]
+    if rows.empty:
+        return ""
+    cases = ", ".join(
+        f"{r.case_id} {r.speedup:.2f}x [{r.speedup_ci95_low:.2f}, {r.speedup_ci95_high:.2f}]"
+        for r in rows.itertuples()
+    )
+    return f"no clear difference from eager fp32 (95% interval of the speedup holds 1.0) ({len(rows)}):\n    {cases}"
 
 
 def skip_reasons(frame: pd.DataFrame) -> str:
@@ -73,3 +103,10 @@ def skip_reasons(frame: pd.DataFrame) -> str:
             ids = ", ".join(group["case_id"])
             lines.append(f"{status} ({len(group)}): {reason}\n    {ids}")
     return "\n".join(lines)
+
+
+def run_summary(frame: pd.DataFrame) -> str:
+    """What a run ends with, and what `optbench show` prints: the grids, then the unclear speedups
+    and the skipped and failed cases."""
+    parts = [comparison_table(frame), unclear_speedups(frame), skip_reasons(frame)]
+    return "\n\n".join(p for p in parts if p)

@@ -21,13 +21,19 @@ BUILD_SEED = 0
 @dataclass
 class ModelWeights:
     spec: ModelSpec
-    """The spec at the input shape the model is timed and evaluated at."""
+    """The model's spec at its deployment shape (with the task's number of classes)."""
     state_dict: dict[str, torch.Tensor] | None
     """None: the seeded random initialisation."""
     task: TaskData | None
-    """Held-out data to evaluate on (None: no evaluation for these weights)."""
+    """Held-out data to evaluate on, at `eval_spec`'s shape (None: no evaluation for these weights)."""
     source: str
     record: dict[str, Any] = field(default_factory=dict)
+    made_at: str = ""
+    """The input shape the state dict belongs to (a shape-tied model built at another is adapted)."""
+    eval_spec: ModelSpec | None = None
+    """The spec at the shape the task's held-out split comes in (None: no evaluation)."""
+    key: str = ""
+    """Identifies these weights in cache keys of techniques that prepare from them."""
 
     def eval_set(self, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The held-out inputs and labels, or their first `limit` (the split is shuffled and
@@ -35,11 +41,21 @@ class ModelWeights:
         assert self.task is not None
         return self.task.eval_x[:limit], self.task.eval_y[:limit]
 
-    def build(self) -> torch.nn.Module:
+    def build(self, at: ModelSpec | None = None) -> torch.nn.Module:
+        """The model built at `at`'s input shape (default: deployment) with these weights, in eval mode."""
+        spec = at or self.spec
         torch.manual_seed(BUILD_SEED)
-        model = self.spec.build_model()
+        model = spec.build_model()
         if self.state_dict is not None:
-            model.load_state_dict(self.state_dict)
+            state = self.state_dict
+            if spec.shape_tied and spec.input_shape != self.made_at:
+                if spec.adapt_weights is None:
+                    raise UsageProblem(
+                        f"{spec.name}'s weights are tied to its input shape ({self.made_at}) and its spec "
+                        f"has no adapt_weights to run it at {spec.input_shape}: use --timing-shape task"
+                    )
+                state = spec.adapt_weights(state, spec)
+            model.load_state_dict(state)
         return model.eval()
 
 
@@ -78,9 +94,13 @@ class WeightsProvider:
         self.progress = progress
         self._cache: dict[str, ModelWeights | Exception] = {}
 
-    def input_spec(self, spec: ModelSpec) -> ModelSpec:
-        """The spec at the input shape these weights run at, without training anything."""
-        return spec.at_task_shape() if self.choice == "trained" else spec
+    def eval_shape(self, spec: ModelSpec) -> str | None:
+        """The input shape these weights are evaluated at, without training anything."""
+        if self.choice == "trained":
+            return spec.task_input_shape
+        if self.choice == "pretrained" and self.data_dir is not None:
+            return spec.input_shape
+        return None
 
     def get(self, spec: ModelSpec) -> ModelWeights:
         """Resolved once per model; a failure (no train split, say) is remembered and raised again
@@ -96,26 +116,40 @@ class WeightsProvider:
         return found
 
     def _random(self, spec: ModelSpec) -> ModelWeights:
-        return ModelWeights(spec, None, None, f"random (seed {BUILD_SEED})")
+        return ModelWeights(
+            spec,
+            None,
+            None,
+            f"random (seed {BUILD_SEED})",
+            made_at=spec.input_shape,
+            key=f"random-{BUILD_SEED}",
+        )
 
     def _trained(self, spec: ModelSpec) -> ModelWeights:
         from optbench.checkpoints import load_or_train
         from optbench.tasks import task_for
         from optbench.training import TRAIN_SEED, train
 
-        spec = self.input_spec(spec)
         task = task_for(spec, self.data_dir)
         if task.num_classes != spec.num_classes:
             spec = replace(spec, num_classes=task.num_classes)
+        at_task = spec.at_task_shape()  # trained and evaluated at the task's shape
 
         def train_fn() -> tuple[torch.nn.Module, dict[str, Any]]:
             with self.show_progress():
-                model, result = train(spec, task, TRAIN_SEED, progress=self.progress)
+                model, result = train(at_task, task, TRAIN_SEED, progress=self.progress)
             return model, asdict(result)
 
-        state, record = load_or_train(spec, task, TRAIN_SEED, train_fn, self.cache_root)
+        state, record = load_or_train(at_task, task, TRAIN_SEED, train_fn, self.cache_root)
         return ModelWeights(
-            spec, state, task, f"trained on {task.name} (cache {record['cache']}: {record['path']})", record
+            spec,
+            state,
+            task,
+            f"trained on {task.name} (cache {record['cache']}: {record['path']})",
+            record,
+            made_at=at_task.input_shape,
+            eval_spec=at_task,
+            key=Path(record["path"]).stem,
         )
 
     def _pretrained(self, spec: ModelSpec) -> ModelWeights:
@@ -131,9 +165,19 @@ class WeightsProvider:
             )
         state = torch.load(file, map_location="cpu", weights_only=True)
         spec = replace(spec, num_classes=len(weights.meta["categories"]))
-        task = None
+        task, eval_spec = None, None
         if self.data_dir is not None:
             from optbench.tasks import task_for
 
-            task = task_for(spec, self.data_dir)
-        return ModelWeights(spec, state, task, f"pretrained {weights} ({file})")
+            # Pretrained weights are evaluated at the resolution they were made for.
+            eval_spec = replace(spec, task_resolution=spec.resolution)
+            task = task_for(eval_spec, self.data_dir)
+        return ModelWeights(
+            spec,
+            state,
+            task,
+            f"pretrained {weights} ({file})",
+            made_at=spec.input_shape,
+            eval_spec=eval_spec,
+            key=file.name,
+        )

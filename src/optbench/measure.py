@@ -1,0 +1,185 @@
+"""Measures one prepared case: build, prepare (outside inference mode), first call, warm-up, timed
+rounds, costs, and the held-out logits of the very object that was timed."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from optbench import cost
+from optbench.case import Case
+from optbench.devices import synchronize
+from optbench.memory import PeakMemory
+from optbench.modelspec import ModelSpec
+from optbench.techniques import Prepared, Technique, TechniqueContext
+from optbench.timing import TimingPolicy, latency_stats, plan_rounds, warm_up
+from optbench.weights import ModelWeights
+
+SEED = 0
+
+# Runs `call` for `rounds` timed rounds (plus `warmup` untimed) and returns seconds per round.
+TimeFn = Callable[[Callable[[], object], int, int], list[float]]
+
+
+@dataclass
+class Measurement:
+    """What measuring a case produced: row columns, and the arrays judging accuracy needs."""
+
+    columns: dict[str, Any]
+    samples_ms: list[float]
+    nonfinite: bool = False
+    logits: torch.Tensor | None = None
+    """Held-out logits of the prepared model (None: these weights have no task to evaluate on)."""
+    logits_again: torch.Tensor | None = None
+    """A second pass over the first batches (eager only): is fp32 itself deterministic?"""
+
+
+@dataclass
+class Setup:
+    """What one case needs besides the case itself (shared by the run)."""
+
+    timing: TimingPolicy
+    timing_shape: str = "deploy"
+    eval_limit: int | None = None
+    flops: dict[tuple[str, str, int, str], int] = field(default_factory=dict)
+    context: Callable[..., TechniqueContext] = TechniqueContext
+    """Makes the technique context (the run binds the cache folder and progress bars into it)."""
+
+
+def _dynamo_graphs() -> int:
+    """Graphs dynamo has compiled in this process so far (0 until anything was compiled)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return int(utils.counters["stats"]["unique_graphs"]) if utils is not None else 0
+
+
+def _build(
+    weights: ModelWeights, spec: ModelSpec, batch_size: int, device: torch.device
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """The model at `spec`'s input shape with the case's weights, and its example inputs, on `device`."""
+    model = weights.build(spec).to(device)
+    gen = torch.Generator().manual_seed(SEED)
+    return model, tuple(x.to(device) for x in spec.example_inputs(batch_size, gen))
+
+
+def _apply(
+    tech: Technique,
+    model: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    weights: ModelWeights,
+    spec: ModelSpec,
+    case: Case,
+    setup: Setup,
+) -> tuple[Prepared, TechniqueContext]:
+    """Apply the technique outside inference mode: it may calibrate, fine-tune or use autograd."""
+    ctx = setup.context(
+        spec=spec,
+        device=torch.device(case.device),
+        batch_size=case.batch_size,
+        input_shape=spec.input_shape,
+        task=weights.task,
+        seed=SEED,
+        weights_key=weights.key,
+    ).for_technique(tech.name, tech.code_hash())
+    return tech.apply(Prepared.eager(model, inputs), ctx), ctx
+
+
+def evaluate(prepared: Prepared, x: torch.Tensor, batch_size: int, device: torch.device) -> torch.Tensor:
+    """Logits of the prepared model on `x`, at the timed batch size: the last batch is padded, so a
+    compiled model sees no new batch shape."""
+    outs = []
+    for i in range(0, len(x), batch_size):
+        chunk = x[i : i + batch_size]
+        real = len(chunk)
+        if real < batch_size:
+            chunk = torch.cat([chunk, chunk[:1].expand(batch_size - real, *chunk.shape[1:])])
+        out = prepared.forward(*prepared.adapt_inputs((chunk.to(device),)))
+        outs.append(out[:real].float().cpu())
+    return torch.cat(outs)
+
+
+def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) -> Measurement:
+    tech, device, policy = case.tech, torch.device(case.device), setup.timing
+    timed = weights.spec.at_shape(setup.timing_shape)
+    with PeakMemory(device) as memory:
+        model, inputs = _build(weights, timed, case.batch_size, device)
+        flops_key = (case.model, case.device, case.batch_size, timed.input_shape)
+        if flops_key not in setup.flops:
+            # Counted once, on the model before any technique: the work it does, whatever runs it.
+            setup.flops[flops_key] = cost.count_flops(model, inputs)
+        graphs_before = _dynamo_graphs()
+        started = time.perf_counter()
+        prepared, ctx = _apply(tech, model, inputs, weights, timed, case, setup)
+        forward, args = prepared.forward, prepared.inputs
+
+        def call() -> object:
+            out = forward(*args)
+            synchronize(device)  # pytest-benchmark's timer does not wait for the GPU
+            return out
+
+        with torch.inference_mode():
+            t1 = time.perf_counter()
+            first_out = call()
+            first_call = time.perf_counter() - t1
+            prepare_s = time.perf_counter() - started
+            graphs = _dynamo_graphs() - graphs_before
+            nonfinite = isinstance(first_out, torch.Tensor) and not bool(torch.isfinite(first_out).all())
+            pilot = warm_up(call, policy)
+            samples = time_fn(call, plan_rounds(pilot, policy), 1)
+        memory.read()
+        params, nonzero = cost.parameter_counts(prepared.module)
+        size, compressed = cost.model_sizes(prepared.module)
+        measurement = Measurement(columns={}, samples_ms=[s * 1e3 for s in samples], nonfinite=nonfinite)
+        per_shape = None
+        at_eval = weights.eval_spec
+        if weights.task is not None and at_eval is not None:
+            per_shape = at_eval.input_shape != timed.input_shape and (timed.shape_tied or tech.shape_specific)
+            t2 = time.perf_counter()
+            to_eval = prepared
+            if per_shape:
+                # A prepared object tied to its shape cannot run the held-out split: prepare another
+                # from the same weights, through the same technique, at the evaluation shape.
+                eval_model, eval_inputs = _build(weights, at_eval, case.batch_size, device)
+                to_eval = _apply(tech, eval_model, eval_inputs, weights, at_eval, case, setup)[0]
+            x, _ = weights.eval_set(setup.eval_limit)
+            with torch.inference_mode():
+                measurement.logits = evaluate(to_eval, x, case.batch_size, device)
+                if case.technique == "eager":
+                    # Determinism of fp32 itself: a second pass over a few batches is enough to see it.
+                    first = x[: 4 * case.batch_size]
+                    measurement.logits_again = evaluate(to_eval, first, case.batch_size, device)
+            measurement.columns["eval_s"] = time.perf_counter() - t2
+            measurement.columns["eval_samples"] = len(measurement.logits)
+
+    stats = latency_stats(samples, policy)
+    median_s = stats["latency_ms_median"] / 1e3
+    flops = setup.flops[flops_key] / case.batch_size
+    throughput = case.batch_size / median_s
+    measurement.columns.update(
+        {
+            **stats,
+            "dtype": prepared.dtype,
+            "api": prepared.api or tech.api,
+            "warmup_rounds": len(pilot) + 1,
+            "throughput": throughput,
+            "prepare_s": prepare_s,
+            "prepare_cached": ctx.from_cache,
+            "compiled_graphs": graphs,
+            "first_call_ms": first_call * 1e3,
+            "prepared_per_shape": per_shape,
+            "peak_mem_mb": memory.peak_mb,
+            "peak_mem_delta_mb": memory.delta_mb,
+            "mem_source": memory.source,
+            "params": params,
+            "nonzero_params": nonzero,
+            "size_bytes": size,
+            "size_compressed_bytes": compressed,
+            "flops_per_sample": int(flops) if flops else None,
+            "gflops_per_s": flops * throughput / 1e9 if flops else None,
+        }
+    )
+    return measurement

@@ -1,0 +1,223 @@
+"""The plugin's command-line options and their validation into a Selection.
+
+Every bad value is a UsageProblem: pytest shows it as one line and exits with its usage-error code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optbench.modelspec import SHAPES
+from optbench.profiles import PROFILES, get_profile
+from optbench.registry import UnknownNameError, UsageProblem
+
+DEVICES = ("cpu", "cuda", "mps")
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("optbench", "optbench benchmark matrix")
+    group.addoption(
+        "--models", default=None, help="comma-separated model names (default: the profile's models)"
+    )
+    group.addoption(
+        "--techniques",
+        default=None,
+        help="comma-separated technique names; join names with '+' to stack them, e.g. "
+        "channels_last+bf16_autocast+compile (default: all, plus each device's default stacks)",
+    )
+    group.addoption(
+        "--devices", default=None, help="comma-separated devices: cpu, cuda, mps (default: those present)"
+    )
+    group.addoption(
+        "--batch-sizes",
+        default=None,
+        help="comma-separated batch sizes (default: each model's for the profile)",
+    )
+    group.addoption(
+        "--profile", default="default", help=f"run size: {', '.join(PROFILES)} (default: default)"
+    )
+    group.addoption(
+        "--models-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of model files to register (repeatable; <rootdir>/models and "
+        "<rootdir>/techniques are always read)",
+    )
+    group.addoption(
+        "--results-dir",
+        default=None,
+        metavar="DIR",
+        help="where runs are written (default: <rootdir>/results)",
+    )
+    group.addoption(
+        "--run-id", default=None, help="name of this run's folder (default: UTC time and a random suffix)"
+    )
+    group.addoption(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds of timing per case (default: the profile's)",
+    )
+    group.addoption(
+        "--weights",
+        default="trained",
+        help="random | trained (on the embedded task, or --data-dir; cached) | pretrained (torchvision, "
+        "from the local torch hub cache only). Default: trained",
+    )
+    group.addoption(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="evaluate (and train) image models on your ImageFolder data: DIR/<class>/<image>, "
+        "or DIR/train/... and DIR/val/...",
+    )
+    group.addoption(
+        "--accuracy-floor",
+        type=float,
+        default=0.99,
+        metavar="FRACTION",
+        help="fail_accuracy below this fraction of the fp32 top-1 (default 0.99)",
+    )
+    group.addoption(
+        "--eval-samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="evaluate on the first N held-out samples only (default: all; fewer is faster but "
+        "makes the accuracy floor coarser)",
+    )
+    group.addoption(
+        "--record-accuracy-only",
+        action="store_true",
+        help="record fail_accuracy, nan_output and nondeterministic_baseline without failing the test",
+    )
+    group.addoption(
+        "--timing-shape",
+        default="deploy",
+        help="deploy: time each model at its deployment shape (3x224x224, 128 tokens ...) with the "
+        "evaluated weights; task: at the shape it trains and is evaluated at. Default: deploy",
+    )
+    group.addoption(
+        "--target-precision",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="aim for the median's 95%% CI within this fraction of it (default: the profile's)",
+    )
+
+
+def _split(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _load_registries(config: pytest.Config) -> None:
+    from optbench.modelspec import load_user_dir, load_zoo
+    from optbench.techniques import load_techniques
+
+    load_techniques()
+    load_zoo()
+    dirs = [
+        config.rootpath / "techniques",
+        config.rootpath / "models",
+        *(Path(d) for d in config.getoption("models_dir")),
+    ]
+    for directory in dirs:
+        if directory.is_dir():
+            load_user_dir(directory)
+
+
+def selection(config: pytest.Config) -> Any:
+    """Validate the options and return the Selection; raises pytest.UsageError on a bad name."""
+    try:
+        profile = get_profile(config.getoption("profile")).name
+        devices = _split(config.getoption("devices"))
+        if devices is not None:
+            unknown = [d for d in devices if d not in DEVICES]
+            if unknown:
+                raise UnknownNameError(
+                    f"unknown device {', '.join(map(repr, unknown))}; valid devices: {', '.join(DEVICES)}"
+                )
+        batch_sizes = _parse_batch_sizes(config.getoption("batch_sizes"))
+        from optbench.weights import WEIGHT_CHOICES
+
+        if config.getoption("timing_shape") not in SHAPES:
+            raise UnknownNameError(
+                f"unknown timing shape {config.getoption('timing_shape')!r}; valid timing shapes: "
+                f"{', '.join(SHAPES)}"
+            )
+        if config.getoption("weights") not in WEIGHT_CHOICES:
+            raise UnknownNameError(
+                f"unknown weights {config.getoption('weights')!r}; valid weights: {', '.join(WEIGHT_CHOICES)}"
+            )
+        if config.getoption("eval_samples") is not None and config.getoption("eval_samples") < 1:
+            raise UsageProblem("--eval-samples takes a positive whole number")
+        if not 0 < config.getoption("accuracy_floor") <= 1:
+            raise UsageProblem("--accuracy-floor takes a fraction in (0, 1], e.g. 0.99")
+        if config.getoption("data_dir") is not None:
+            from optbench.tasks.imagefolder import check_data_dir
+
+            check_data_dir(Path(config.getoption("data_dir")))
+        for directory in config.getoption("models_dir"):
+            if not Path(directory).is_dir():
+                raise UnknownNameError(f"--models-dir {directory!r} is not a folder")
+
+        _load_registries(config)
+        from optbench.case import Selection
+        from optbench.devices import available_devices
+        from optbench.modelspec import MODELS
+        from optbench.techniques.stack import check_techniques
+
+        models = _split(config.getoption("models"))
+        techniques = _split(config.getoption("techniques"))
+        if models is not None:
+            MODELS.check(models)
+        if techniques is not None:
+            check_techniques(techniques)
+        models = models if models is not None else [s.name for s in MODELS if s.in_profile(profile)]
+        if config.getoption("weights") == "pretrained":
+            _check_pretrained(models)
+    except UsageProblem as error:
+        raise pytest.UsageError(str(error)) from None
+    return Selection(
+        models=models,
+        techniques=techniques,
+        devices=devices if devices is not None else available_devices(),
+        batch_sizes=batch_sizes,
+        profile=profile,
+    )
+
+
+def _check_pretrained(models: list[str]) -> None:
+    """Offline, pretrained weights must already be in the torch hub cache: say which file, where."""
+    from optbench.modelspec import MODELS
+    from optbench.weights import pretrained_weights_file
+
+    for name in models:
+        _, file = pretrained_weights_file(MODELS.get(name))
+        if not file.exists():
+            raise UsageProblem(
+                f"--weights pretrained: {name} needs {file.name} in {file.parent} (nothing is downloaded; "
+                "copy the file there, or use --weights trained)"
+            )
+
+
+def _parse_batch_sizes(value: str | None) -> list[int] | None:
+    items = _split(value)
+    if items is None:
+        return None
+    try:
+        sizes = [int(v) for v in items]
+    except ValueError:
+        sizes = []
+    if not sizes or any(s < 1 for s in sizes):
+        raise UnknownNameError(
+            f"--batch-sizes takes positive whole numbers separated by commas, got {value!r}"
+        )
+    return sizes
