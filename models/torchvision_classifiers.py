@@ -17,7 +17,7 @@ _RECIPES = {
     "resnet50": TrainRecipe(target_top1=0.92, max_epochs=4, lr=3e-3),
     "mobilenet_v3_large": TrainRecipe(target_top1=0.88, max_epochs=4, lr=3e-3),
     "efficientnet_b0": TrainRecipe(target_top1=0.88, max_epochs=6, lr=5e-3),
-    "vit_b_16": TrainRecipe(target_top1=0.85, max_epochs=3, lr=3e-4),
+    "vit_b_16": TrainRecipe(target_top1=0.85, max_epochs=3, lr=3e-4, autocast="bfloat16"),
 }
 _PATCH = 16
 
@@ -31,7 +31,8 @@ def _vit_at(state: dict[str, torch.Tensor], spec: ModelSpec) -> dict[str, torch.
     """Weights trained at one resolution, for a ViT built at spec's: torchvision's own helper for
     fine-tuning at a new resolution interpolates the position embeddings (bicubic)."""
     assert spec.resolution is not None
-    return interpolate_embeddings(spec.resolution, _PATCH, state)  # type: ignore[arg-type]
+    # It edits the dict it is given: give it a copy.
+    return interpolate_embeddings(spec.resolution, _PATCH, dict(state))  # type: ignore[arg-type]
 
 
 def _cnn(builder):  # the CNNs take any input size: one built model serves every shape

@@ -54,7 +54,9 @@ class ModelWeights:
                         f"{spec.name}'s weights are tied to its input shape ({self.made_at}) and its spec "
                         f"has no adapt_weights to run it at {spec.input_shape}: use --timing-shape task"
                     )
-                state = spec.adapt_weights(state, spec)
+                # A copy: adapters may edit the dict they get (torchvision's interpolate_embeddings
+                # does), and these weights are built again at the task shape for evaluation.
+                state = spec.adapt_weights(dict(state), spec)
             model.load_state_dict(state)
         return model.eval()
 
