@@ -12,11 +12,12 @@ def test_ceilings_are_measured_once_then_read_from_the_cache(tmp_path, monkeypat
     # Small workloads keep the test short; the measuring code is the real one.
     monkeypatch.setattr(ceilings, "GEMM_SIZES", {"cpu": (256,), "cuda": (1024,)})
     monkeypatch.setattr(ceilings, "MIN_RUN_S", 0.02)
+    monkeypatch.setattr(ceilings, "CONVS", ((16, 14, 3),))
     found = Ceilings(tmp_path).workloads("cpu")
     assert set(found) == {"float32", "bfloat16", "int8"}
-    assert set(found["float32"]) == {"gemm256", "conv3x3", "conv3x3_nhwc"}
+    assert set(found["float32"]) == {"gemm256", "conv3x3_c16_14", "conv3x3_c16_14_nhwc"}
     assert all(v > 0 for workloads in found.values() for v in workloads.values())
-    files = list((tmp_path / "ceilings").glob("*-cpu-t*-torch*.json"))
+    files = list((tmp_path / "ceilings").glob("v*-cpu-t*-torch*.json"))
     assert len(files) == 1 and json.loads(files[0].read_text())["gflops_per_s"] == found
 
     def no_measuring(device):

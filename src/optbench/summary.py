@@ -92,6 +92,22 @@ def unclear_speedups(frame: pd.DataFrame) -> str:
     return f"no clear difference from eager fp32 (95% interval of the speedup holds 1.0) ({len(rows)}):\n    {cases}"
 
 
+def above_ceiling(frame: pd.DataFrame) -> str:
+    """Rows faster than the measured ceiling for their dtype: the ceiling missed a faster kernel.
+    The rows stay as measured; the ceiling is what needs fixing."""
+    if "pct_of_peak" not in frame.columns:
+        return ""
+    rows = frame[pd.to_numeric(frame["pct_of_peak"], errors="coerce") > 100]
+    if rows.empty:
+        return ""
+    cases = ", ".join(f"{r.case_id} {r.pct_of_peak:.0f}% of {r.peak_dtype}" for r in rows.itertuples())
+    return (
+        f"above the measured ceiling ({len(rows)}): the ceiling missed a faster kernel; delete "
+        f"<cache>/ceilings/ to measure it again, and report the case so its workload joins the ceilings:\n"
+        f"    {cases}"
+    )
+
+
 def skip_reasons(frame: pd.DataFrame) -> str:
     """Skipped and failed cases grouped by reason, so nothing is dropped silently."""
     lines: list[str] = []
@@ -106,7 +122,7 @@ def skip_reasons(frame: pd.DataFrame) -> str:
 
 
 def run_summary(frame: pd.DataFrame) -> str:
-    """What a run ends with, and what `optbench show` prints: the grids, then the unclear speedups
-    and the skipped and failed cases."""
-    parts = [comparison_table(frame), unclear_speedups(frame), skip_reasons(frame)]
+    """What a run ends with, and what `optbench show` prints: the grids, then the unclear speedups,
+    rows above the machine's ceiling, and the skipped and failed cases."""
+    parts = [comparison_table(frame), unclear_speedups(frame), above_ceiling(frame), skip_reasons(frame)]
     return "\n\n".join(p for p in parts if p)
