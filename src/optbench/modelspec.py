@@ -43,6 +43,9 @@ class TrainRecipe:
     weight_decay: float = 1e-4
     train_samples: int | None = None
     """Train on only the first N samples of the train split (big models on 2 CPU cores)."""
+    autocast: str | None = None
+    """Train the forward pass under torch.autocast in this dtype ('bfloat16'); weights stay fp32.
+    About twice as fast for the transformers on a CPU with bf16 instructions."""
 
 
 @dataclass(frozen=True)

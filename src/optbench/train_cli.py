@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     provider = WeightsProvider("trained", data_dir=data_dir, progress=not args.quiet)
     total = time.perf_counter()
     print(
-        f"{'model':20s} {'input':>9s} {'cache':>5s} {'seconds':>8s} {'epochs':>6s} {'top1':>6s} {'target':>6s}"
+        f"{'model':20s} {'trained at':>10s} {'cache':>5s} {'seconds':>8s} {'epochs':>6s} {'top1':>6s} {'target':>6s}"
     )
     for name in names:
         started = time.perf_counter()
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
         seconds = time.perf_counter() - started
         rec = weights.record
         print(
-            f"{name:20s} {weights.spec.input_shape:>9s} {rec['cache']:>5s} {seconds:8.1f} {rec['epochs']:6d} "
+            f"{name:20s} {weights.made_at:>10s} {rec['cache']:>5s} {seconds:8.1f} {rec['epochs']:6d} "
             f"{rec['top1']:6.3f} {weights.spec.recipe.target_top1:6.2f}"
             + ("" if rec["reached_target"] else "  (target not reached)"),
             flush=True,

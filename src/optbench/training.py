@@ -60,6 +60,7 @@ def train(
         optimizer, max_lr=recipe.lr, total_steps=recipe.max_epochs * steps_per_epoch
     )
     loss_fn = nn.CrossEntropyLoss()
+    autocast_dtype = getattr(torch, recipe.autocast) if recipe.autocast else None
     gen = torch.Generator().manual_seed(seed)
     started = time.perf_counter()
     top1, epoch = 0.0, 0
@@ -77,7 +78,10 @@ def train(
         for i in range(0, len(order), recipe.batch_size):
             idx = order[i : i + recipe.batch_size]
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(train_x[idx]), train_y[idx])
+            with torch.autocast(
+                "cpu", dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None
+            ):
+                loss = loss_fn(model(train_x[idx]), train_y[idx])
             loss.backward()
             optimizer.step()
             scheduler.step()
