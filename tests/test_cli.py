@@ -66,3 +66,16 @@ def test_selfcheck_measures_all_three_ways():
     assert all(len(v) == 1 and v[0] > 0 for v in result["figures_ms"].values())
     assert result["harness_overhead"] > 0
     assert "optbench vs torch.utils.benchmark" in report(result)
+
+
+def test_selfcheck_times_a_stack_on_the_same_prepared_module(registries):
+    from optbench.selfcheck import CHECKS, report, run_selfcheck
+
+    assert ("resnet50", 8, "eager", 5.0) in CHECKS and any("+" in check[2] for check in CHECKS)
+    result = run_selfcheck(
+        "tiny_mlp", batch_size=2, budget=0.05, repeats=1, technique="channels_last+bf16_autocast"
+    )
+    assert set(result["figures_ms"]) == {"optbench", "torch_timer", "perf_counter_loop"}
+    assert all(len(v) == 1 and v[0] > 0 for v in result["figures_ms"].values())
+    assert result["harness_overhead"] is None
+    assert "tiny_mlp channels_last+bf16_autocast, 3x8x8, batch 2" in report(result)

@@ -21,6 +21,10 @@ from optbench.timing import TimingPolicy, latency_stats, plan_rounds, warm_up
 from optbench.weights import ModelWeights
 
 SEED = 0
+EVAL_BATCH = 32
+"""Evaluation batch size when the evaluation shape differs from the timed one (the prepared object
+sees a new shape anyway): far fewer calls for models timed at batch 2. At the timed shape, evaluation
+keeps the timed batch size, so a compiled model sees no new shape."""
 
 # Runs `call` for `rounds` timed rounds (plus `warmup` untimed) and returns seconds per round.
 TimeFn = Callable[[Callable[[], object], int, int], list[float]]
@@ -74,12 +78,13 @@ def _apply(
     spec: ModelSpec,
     case: Case,
     setup: Setup,
+    batch_size: int,
 ) -> tuple[Prepared, TechniqueContext]:
     """Apply the technique outside inference mode: it may calibrate, fine-tune or use autograd."""
     ctx = setup.context(
         spec=spec,
         device=torch.device(case.device),
-        batch_size=case.batch_size,
+        batch_size=batch_size,
         input_shape=spec.input_shape,
         task=weights.task,
         seed=SEED,
@@ -113,7 +118,7 @@ def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeF
             setup.flops[flops_key] = cost.count_flops(model, inputs)
         graphs_before = _dynamo_graphs()
         started = time.perf_counter()
-        prepared, ctx = _apply(tech, model, inputs, weights, timed, case, setup)
+        prepared, ctx = _apply(tech, model, inputs, weights, timed, case, setup, case.batch_size)
         forward, args = prepared.forward, prepared.inputs
 
         def call() -> object:
@@ -137,23 +142,26 @@ def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeF
         per_shape = None
         at_eval = weights.eval_spec
         if weights.task is not None and at_eval is not None:
-            per_shape = at_eval.input_shape != timed.input_shape and (timed.shape_tied or tech.shape_specific)
+            new_shape = at_eval.input_shape != timed.input_shape
+            per_shape = new_shape and (timed.shape_tied or tech.shape_specific)
+            eval_batch = max(case.batch_size, EVAL_BATCH) if new_shape else case.batch_size
             t2 = time.perf_counter()
             to_eval = prepared
             if per_shape:
                 # A prepared object tied to its shape cannot run the held-out split: prepare another
                 # from the same weights, through the same technique, at the evaluation shape.
-                eval_model, eval_inputs = _build(weights, at_eval, case.batch_size, device)
-                to_eval = _apply(tech, eval_model, eval_inputs, weights, at_eval, case, setup)[0]
+                eval_model, eval_inputs = _build(weights, at_eval, eval_batch, device)
+                to_eval = _apply(tech, eval_model, eval_inputs, weights, at_eval, case, setup, eval_batch)[0]
             x, _ = weights.eval_set(setup.eval_limit)
             with torch.inference_mode():
-                measurement.logits = evaluate(to_eval, x, case.batch_size, device)
+                measurement.logits = evaluate(to_eval, x, eval_batch, device)
                 if case.technique == "eager":
                     # Determinism of fp32 itself: a second pass over a few batches is enough to see it.
-                    first = x[: 4 * case.batch_size]
-                    measurement.logits_again = evaluate(to_eval, first, case.batch_size, device)
+                    first = x[: 4 * eval_batch]
+                    measurement.logits_again = evaluate(to_eval, first, eval_batch, device)
             measurement.columns["eval_s"] = time.perf_counter() - t2
             measurement.columns["eval_samples"] = len(measurement.logits)
+            measurement.columns["eval_batch_size"] = eval_batch
 
     stats = latency_stats(samples, policy)
     median_s = stats["latency_ms_median"] / 1e3

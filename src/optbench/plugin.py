@@ -7,6 +7,7 @@ thin benchmark tests that ask for `optbench_case` and hand it to `optbench_run`.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import secrets
 from collections.abc import Callable
@@ -56,6 +57,9 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     for device in DEVICES:
         config.addinivalue_line("markers", f"{device}: optbench cases on the {device} device")
+    # torch.compile's structured trace logger logs at DEBUG on every compile; pytest captures it and
+    # printed hundreds of empty "DEBUG torch.__trace" lines under each failed compiled case.
+    logging.getLogger("torch.__trace").propagate = False
     # Validate names up front so a typo is a usage error, not a collection error. Without optbench
     # options nothing is loaded here: plain `pytest tests/` does not pay for importing torch.
     if _wants_benchmarks(config):

@@ -90,6 +90,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("peak_dtype", "the compute dtype the row is compared in (float32, tfloat32, bfloat16, float16, int8)"),
     # quality
     ("eval_samples", "held-out samples the prepared (timed) model was evaluated on"),
+    ("eval_batch_size", "batch size of evaluation: the timed one, or 32 at an eval_input_shape that differs"),
     ("eval_s", "seconds that evaluation took"),
     ("top1", "held-out top-1 accuracy of the prepared model"),
     ("top5", "held-out top-5 accuracy (empty with fewer than 5 classes)"),
@@ -136,6 +137,7 @@ _INT_COLUMNS = (
     "size_compressed_bytes",
     "flops_per_sample",
     "eval_samples",
+    "eval_batch_size",
     "compiled_graphs",
 )
 _BOOL_COLUMNS = ("selected", "precision_met", "noisy", "prepare_cached", "prepared_per_shape", "tf32")
