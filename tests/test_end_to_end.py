@@ -48,6 +48,8 @@ def collected_ids(*args: str) -> list[str]:
         (["--models", "bogus"], "ERROR: unknown model 'bogus'; valid models: "),
         (["--techniques", "eager,nope"], "ERROR: unknown technique 'nope'; valid techniques: "),
         (["--devices", "tpu"], "ERROR: unknown device 'tpu'; valid devices: cpu, cuda, mps"),
+        (["--models", "nope*"], "ERROR: no model matches 'nope*'; valid models: "),
+        (["--techniques", "tag:nope"], "ERROR: no technique matches 'tag:nope'; valid techniques: "),
         (["--profile", "huge"], "ERROR: unknown profile 'huge'; valid profiles: smoke, default, full"),
         (["--batch-sizes", "0"], "ERROR: --batch-sizes takes positive whole numbers"),
         (["--weights", "best"], "ERROR: unknown weights 'best'; valid weights: random, trained, pretrained"),
@@ -120,6 +122,11 @@ def test_selection_options_keyword_and_markers():
         "resnet18-fp16_autocast-cpu-bs4",
         "resnet18-channels_last+bf16_autocast-cpu-bs4",
         "resnet18-channels_last+bf16_autocast+compile-cpu-bs4",
+    ]
+    # Wildcards and tags, as timm's list_models: models by name pattern or tag, techniques by family.
+    assert collected_ids("--models", "resnet*", "--techniques", "tag:layout", "--devices", "cpu") == [
+        "resnet18-channels_last-cpu-bs8",
+        "resnet50-channels_last-cpu-bs8",
     ]
     assert collected_ids("--models", "resnet18", "-m", "stack", "--devices", "cuda") == [
         "resnet18-channels_last+fp16_autocast-cuda-bs8",

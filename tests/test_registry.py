@@ -79,3 +79,18 @@ def test_user_model_folder_registers_its_models(tmp_path, registries):
     (broken / "bad.py").write_text("def broken(:\n")
     with pytest.raises(UsageProblem, match="could not load .*bad.py: SyntaxError"):
         load_user_dir(broken)
+
+
+def test_wildcards_and_tags_select_models_and_techniques(registries):
+    models, techniques = registries
+    assert models.list("resnet*") == ["resnet18", "resnet50"]
+    tags = lambda spec: spec.tags  # noqa: E731
+    assert models.expand(["tag:transformer"], tags) == ["bert_base_encoder", "vit_b_16"]
+    # In the order given, without repeats; plain names must exist, patterns must match something.
+    assert models.expand(["resnet50", "resnet*"], tags) == ["resnet50", "resnet18"]
+    assert techniques.expand(["*autocast"], lambda t: {t.family}) == ["bf16_autocast", "fp16_autocast"]
+    assert techniques.expand(["tag:layout"], lambda t: {t.family}) == ["channels_last"]
+    with pytest.raises(UnknownNameError, match="no model matches 'nope\\*'; valid models: "):
+        models.expand(["nope*"], tags)
+    with pytest.raises(UnknownNameError, match="unknown model 'nope'"):
+        models.expand(["nope"], tags)

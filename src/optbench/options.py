@@ -20,12 +20,16 @@ DEVICES = ("cpu", "cuda", "mps")
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("optbench", "optbench benchmark matrix")
     group.addoption(
-        "--models", default=None, help="comma-separated model names (default: the profile's models)"
+        "--models",
+        default=None,
+        help="comma-separated model names, wildcards ('resnet*') or tags ('tag:cnn') (default: the "
+        "profile's models)",
     )
     group.addoption(
         "--techniques",
         default=None,
-        help="comma-separated technique names; join names with '+' to stack them, e.g. "
+        help="comma-separated technique names, wildcards ('*autocast') or families ('tag:precision'); "
+        "join names with '+' to stack them, e.g. "
         "channels_last+bf16_autocast+compile (default: all, plus each device's default stacks)",
     )
     group.addoption(
@@ -177,8 +181,9 @@ def selection(config: pytest.Config) -> Any:
         models = _split(config.getoption("models"))
         techniques = _split(config.getoption("techniques"))
         if models is not None:
-            MODELS.check(models)
+            models = MODELS.expand(models, lambda spec: spec.tags)
         if techniques is not None:
+            techniques = _expand_techniques(techniques)
             check_techniques(techniques)
         models = models if models is not None else [s.name for s in MODELS if s.in_profile(profile)]
         if config.getoption("weights") == "pretrained":
@@ -192,6 +197,24 @@ def selection(config: pytest.Config) -> Any:
         batch_sizes=batch_sizes,
         profile=profile,
     )
+
+
+def _expand_techniques(items: list[str]) -> list[str]:
+    """Wildcards ('*autocast') and family tags ('tag:precision') -> technique names; stacks and plain
+    names pass through (check_techniques validates them)."""
+    from optbench.registry import is_pattern
+    from optbench.techniques import TECHNIQUES
+    from optbench.techniques.stack import SEPARATOR
+
+    names: list[str] = []
+    for item in items:
+        found = (
+            TECHNIQUES.expand([item], lambda tech: {tech.family})
+            if SEPARATOR not in item and is_pattern(item)
+            else [item]
+        )
+        names += [n for n in found if n not in names]
+    return names
 
 
 def _check_pretrained(models: list[str]) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import fnmatch
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -47,6 +48,32 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return list(self._items)
 
+    def list(self, pattern: str = "*", tags_of: Callable[[T], Iterable[str]] | None = None) -> list[str]:
+        """Registered names matching `pattern`, in registration order, as timm's `list_models`:
+        a shell wildcard ('resnet*'), or 'tag:NAME' for the items `tags_of` gives that tag."""
+        if pattern.startswith("tag:"):
+            tag = pattern[4:]
+            tagged = tags_of or (lambda item: ())
+            return [n for n, item in self._items.items() if tag in set(tagged(item))]
+        return [n for n in self._items if fnmatch.fnmatchcase(n, pattern)]
+
+    def expand(self, patterns: list[str], tags_of: Callable[[T], Iterable[str]] | None = None) -> list[str]:
+        """Names, wildcards and tags -> registered names, in the order given, without repeats.
+        A plain name must exist; a wildcard or tag must match something."""
+        names: list[str] = []
+        for pattern in patterns:
+            if is_pattern(pattern):
+                found = self.list(pattern, tags_of)
+                if not found:
+                    raise UnknownNameError(
+                        f"no {self.kind} matches {pattern!r}; valid {self.kind}s: {', '.join(self.names())}"
+                    )
+            else:
+                self.check([pattern])
+                found = [pattern]
+            names += [n for n in found if n not in names]
+        return names
+
     def origin(self, name: str) -> str:
         """The file that registered `name` ('' when unknown)."""
         return self._origins.get(name, "")
@@ -68,3 +95,8 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def is_pattern(value: str) -> bool:
+    """A wildcard ('resnet*', 'vit_?_16') or a tag ('tag:cnn') rather than one name."""
+    return value.startswith("tag:") or any(c in value for c in "*?[")

@@ -18,8 +18,8 @@ def main(argv: list[str]) -> int:
     from optbench.weights import WeightsProvider
 
     load_zoo()
-    names = [n.strip() for n in args.models.split(",")] if args.models else MODELS.names()
-    MODELS.check(names)
+    patterns = [n.strip() for n in args.models.split(",") if n.strip()] if args.models else ["*"]
+    names = MODELS.expand(patterns, lambda spec: spec.tags)
     data_dir = Path(args.data_dir) if args.data_dir else None
     provider = WeightsProvider("trained", data_dir=data_dir, progress=not args.quiet)
     total = time.perf_counter()
