@@ -55,6 +55,13 @@ def collected_ids(*args: str) -> list[str]:
         (["--weights", "best"], "ERROR: unknown weights 'best'; valid weights: random, trained, pretrained"),
         (["--data-dir", "/no/such/dir"], "ERROR: --data-dir /no/such/dir does not exist"),
         (["--accuracy-floor", "2"], "ERROR: --accuracy-floor takes a fraction in (0, 1]"),
+        (["--time-budget", "0"], "ERROR: --time-budget takes a positive number of seconds, got 0"),
+        (
+            ["--target-precision", "-1"],
+            "ERROR: --target-precision takes a fraction in (0, 1), e.g. 0.02, got -1",
+        ),
+        (["--run-id", "../escape"], "ERROR: --run-id '../escape' may hold only letters, digits"),
+        (["--run-id", "a/b"], "ERROR: --run-id 'a/b' may hold only letters, digits"),
         (
             ["--timing-shape", "bogus"],
             "ERROR: unknown timing shape 'bogus'; valid timing shapes: deploy, task",
@@ -75,6 +82,41 @@ def test_bad_names_are_one_line_usage_errors(args, message):
     assert "Traceback" not in out.stderr
     if "technique" in message or "stack" in message:
         assert "valid techniques: " in lines[0] and "channels_last" in lines[0]
+
+
+def one_line_usage_error(out: subprocess.CompletedProcess[str]) -> str:
+    assert out.returncode == pytest.ExitCode.USAGE_ERROR, out.stdout + out.stderr
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, lines
+    return lines[0]
+
+
+def test_bad_output_folders_and_run_ids_write_nothing(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    line = one_line_usage_error(run_bench("bench/", "--results-dir", str(a_file)))
+    assert line == f"ERROR: --results-dir {a_file} cannot be written: it is a file, not a folder"
+    line = one_line_usage_error(run_bench("bench/", "--results-dir", str(a_file / "sub")))
+    assert (
+        line == f"ERROR: --results-dir {a_file / 'sub'} cannot be written: {a_file} is a file, not a folder"
+    )
+    line = one_line_usage_error(run_bench("bench/", "--models", "resnet18", cache=a_file))
+    assert line.startswith(f"ERROR: the cache folder {a_file} cannot be written: it is a file")
+    # An existing run is never overwritten.
+    results = tmp_path / "results"
+    (results / "runs" / "kept").mkdir(parents=True)
+    (results / "runs" / "kept" / "results.csv").write_text("case_id\nold\n")
+    line = one_line_usage_error(run_bench("bench/", "--results-dir", str(results), "--run-id", "kept"))
+    assert line.startswith(f"ERROR: run 'kept' already exists in {results / 'runs'}; nothing is overwritten")
+    assert (results / "runs" / "kept" / "results.csv").read_text() == "case_id\nold\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "results"]
+    assert [p.name for p in (results / "runs").iterdir()] == ["kept"]
+
+
+def test_pytest_xdist_is_refused_in_one_line():
+    pytest.importorskip("xdist")
+    line = one_line_usage_error(run_bench("bench/", "--models", "resnet18", "-n", "2"))
+    assert line.startswith("ERROR: optbench times one case at a time: pytest-xdist's -n")
 
 
 def test_pretrained_weights_offline_name_the_file_and_where(tmp_path):

@@ -5,6 +5,8 @@ Every bad value is a UsageProblem: pytest shows it as one line and exits with it
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +170,8 @@ def selection(config: pytest.Config) -> Any:
             from optbench.tasks.imagefolder import check_data_dir
 
             check_data_dir(Path(config.getoption("data_dir")))
+        _check_timing(config)
+        _check_outputs(config)
         for directory in config.getoption("models_dir"):
             if not Path(directory).is_dir():
                 raise UnknownNameError(f"--models-dir {directory!r} is not a folder")
@@ -197,6 +201,73 @@ def selection(config: pytest.Config) -> Any:
         batch_sizes=batch_sizes,
         profile=profile,
     )
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _check_timing(config: pytest.Config) -> None:
+    budget, precision = config.getoption("time_budget"), config.getoption("target_precision")
+    if budget is not None and not budget > 0:
+        raise UsageProblem(f"--time-budget takes a positive number of seconds, got {budget:g}")
+    if precision is not None and not 0 < precision < 1:
+        raise UsageProblem(f"--target-precision takes a fraction in (0, 1), e.g. 0.02, got {precision:g}")
+    if _xdist_workers(config):
+        raise UsageProblem(
+            "optbench times one case at a time: pytest-xdist's -n would run cases in parallel on shared "
+            "cores and make every timing meaningless; run without -n (shard the matrix instead)"
+        )
+
+
+def _xdist_workers(config: pytest.Config) -> bool:
+    """True under pytest-xdist: `-n N` / `-n auto` in the controller, or inside a worker."""
+    return bool(getattr(config.option, "numprocesses", None)) or hasattr(config, "workerinput")
+
+
+def _writable(path: Path) -> str | None:
+    """Why `path` (a folder, made if missing) cannot be written, or None. Creates nothing."""
+    if path.exists() and not path.is_dir():
+        return "it is a file, not a folder"
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def results_dir(config: pytest.Config) -> Path:
+    return Path(config.getoption("results_dir") or config.rootpath / "results").resolve()
+
+
+def _check_outputs(config: pytest.Config) -> None:
+    """Results and cache folders writable, and a run id that names a new folder inside them."""
+    from optbench.checkpoints import cache_dir
+
+    results = results_dir(config)
+    problem = _writable(results)
+    if problem:
+        raise UsageProblem(f"--results-dir {results} cannot be written: {problem}")
+    run_id = config.getoption("run_id")
+    if run_id is not None:
+        if not RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
+            raise UsageProblem(
+                f"--run-id {run_id!r} may hold only letters, digits, '.', '_' and '-' (it names a folder "
+                "in <results>/runs)"
+            )
+        if (results / "runs" / run_id).exists() and not config.option.collectonly:
+            raise UsageProblem(
+                f"run {run_id!r} already exists in {results / 'runs'}; nothing is overwritten: pick "
+                "another --run-id, or leave it out for a new one"
+            )
+    problem = _writable(cache_dir())
+    if problem:
+        raise UsageProblem(
+            f"the cache folder {cache_dir()} cannot be written: {problem} (set OPTBENCH_CACHE to "
+            "another folder)"
+        )
 
 
 def _expand_techniques(items: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from optbench.options import DEVICES, add_options, selection
+from optbench.options import DEVICES, add_options, results_dir, selection
 from optbench.profiles import get_profile
 from optbench.registry import UnknownNameError
 
@@ -100,17 +100,17 @@ def _new_run_id() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def _point_latest(results_dir: Path, run_dir: Path) -> None:
-    latest = results_dir / "latest"
-    tmp = results_dir / f".latest-{os.getpid()}"
+def _point_latest(results: Path, run_dir: Path) -> None:
+    latest = results / "latest"
+    tmp = results / f".latest-{os.getpid()}"
     try:
         if tmp.is_symlink() or tmp.exists():
             tmp.unlink()
-        tmp.symlink_to(run_dir.relative_to(results_dir), target_is_directory=True)
+        tmp.symlink_to(run_dir.relative_to(results), target_is_directory=True)
         os.replace(tmp, latest)  # atomic: a reader never sees latest missing
     except OSError:
         # No symlinks (some Windows setups): name the run in a file instead.
-        (results_dir / "LATEST").write_text(run_dir.name + "\n")
+        (results / "LATEST").write_text(run_dir.name + "\n")
 
 
 def pytest_collection_modifyitems(
@@ -126,11 +126,11 @@ def pytest_collection_modifyitems(
 
     state = config.stash[_STATE_KEY]
     profile = get_profile(state["selection"].profile)
-    results_dir = Path(config.getoption("results_dir") or config.rootpath / "results").resolve()
+    results = results_dir(config)
     run_id = config.getoption("run_id") or _new_run_id()
-    run_dir = results_dir / "runs" / run_id
+    run_dir = results / "runs" / run_id
     writer = ResultsWriter(run_dir)
-    _point_latest(results_dir, run_dir)
+    _point_latest(results, run_dir)
     from optbench.weights import WeightsProvider
 
     capture = config.pluginmanager.getplugin("capturemanager")
