@@ -49,3 +49,20 @@ def test_truncated_checkpoint_warns_and_retrains(spec, tmp_path):
     assert meta["cache"] == "miss" and calls == [1, 1]
     _, meta = load_or_train(spec, task, 0, _trainer(spec, calls), root=tmp_path)
     assert meta["cache"] == "hit"
+
+
+def test_training_progress_in_a_log_is_sparse(spec, capsys):
+    # capsys's stderr is not a terminal, as in CI: the bar is redrawn once per epoch (with its held-out
+    # top-1) and at most every 10 s otherwise, never once per step.
+    import time
+
+    from optbench.training import train
+
+    task = digits_task(spec.resolution)
+    started = time.perf_counter()
+    _, result = train(spec, task, progress=True)
+    seconds = time.perf_counter() - started
+    log = capsys.readouterr().err
+    steps = result.epochs * -(-len(task.train_y) // spec.recipe.batch_size)
+    assert "training tiny_mlp" in log and steps > 20
+    assert log.count("\r") <= 3 + result.epochs + seconds / 10, (log.count("\r"), steps)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +43,7 @@ def train(
     spec: ModelSpec, task: TaskData, seed: int = TRAIN_SEED, progress: bool = True
 ) -> tuple[nn.Module, TrainResult]:
     """Seeded, CPU-deterministic training; returns the model (eval mode) and how it went."""
-    from tqdm import tqdm
+    from optbench.progress import progress_bar
 
     recipe = spec.recipe
     torch.manual_seed(seed)
@@ -64,12 +63,11 @@ def train(
     gen = torch.Generator().manual_seed(seed)
     started = time.perf_counter()
     top1, epoch = 0.0, 0
-    bar = tqdm(
-        total=recipe.max_epochs * steps_per_epoch,
-        desc=f"training {spec.name}",
+    bar = progress_bar(
+        recipe.max_epochs * steps_per_epoch,
+        f"training {spec.name}",
+        enabled=progress,
         unit="step",
-        disable=not progress,
-        file=sys.stderr,
         leave=True,
     )
     for epoch in range(1, recipe.max_epochs + 1):
@@ -86,7 +84,7 @@ def train(
             optimizer.step()
             scheduler.step()
             bar.update(1)
-            bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3f}", top1=f"{top1:.3f}")
+            bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3f}", top1=f"{top1:.3f}", refresh=False)
         _recalibrate_batchnorm(model, train_x, recipe.batch_size)
         model.eval()
         top1 = float((predict(model, task.eval_x).argmax(1) == task.eval_y).float().mean())

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -74,10 +73,14 @@ class TechniqueContext:
 
     def progress(self, items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
         """Iterate `items` under a progress bar that reaches the terminal past pytest's capture."""
-        from tqdm import tqdm
+        from optbench.progress import progress_bar
 
         with self.progress_context():
-            yield from tqdm(items, desc=desc, total=total, disable=not self.show_progress, file=sys.stderr)
+            bar = progress_bar(total, desc, enabled=self.show_progress)
+            for item in items:
+                yield item
+                bar.update(1)
+            bar.close()
 
     def cached(
         self, name: str, compute: Callable[[], dict[str, torch.Tensor]], **key: Any
