@@ -349,6 +349,11 @@ def test_users_own_models_and_techniques_join_the_matrix(tmp_path):
         "my_net-channels_last-cpu-bs2": "passed",
     }
     assert frame.loc["my_net-explode-cpu-bs2", "reason"] == "RuntimeError: this technique always fails"
+    # The default recipe leaves this tiny model well below its target: every row says so, with the
+    # top-1 it reached, the summary lists it and the run warns once.
+    assert frame["below_target"].all() and (frame["trained_top1"] < frame["target_top1"]).all()
+    assert "trained below target (1):" in out.stdout
+    assert out.stdout.count("UserWarning: my_net reached held-out top-1") == 1
 
 
 def test_user_data_dir_trains_and_evaluates_on_the_users_split(tmp_path):

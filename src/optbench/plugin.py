@@ -161,12 +161,24 @@ def pytest_collection_modifyitems(
         bench_session.json = run_dir / "benchmark.json"
 
 
+def _warn_weak_model(row: dict[str, Any], warned: set[str]) -> None:
+    """Once per run and model: its trained weights stopped below their recipe's target."""
+    if row.get("below_target") and row["model"] not in warned:
+        import warnings
+
+        from optbench.summary import weak_model_warning
+
+        warned.add(row["model"])
+        warnings.warn(weak_model_warning(row["model"], row["trained_top1"], row["target_top1"]), stacklevel=1)
+
+
 @pytest.fixture
 def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[Any], dict[str, Any]]:
     """Measure a case, record its row, and turn skip and failure into pytest outcomes."""
     from optbench.runner import CaseFailed, CaseRunner, pytest_benchmark_timer
 
     state = request.config.stash[_STATE_KEY]["run"]
+    warned: set[str] = request.config.stash[_STATE_KEY].setdefault("weak_models_warned", set())
     test = request.node.originalname.removeprefix("test_")
 
     def run(case: Any) -> dict[str, Any]:
@@ -176,7 +188,9 @@ def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[An
             row = CaseRunner(state).run(case, test=test, time_fn=time_fn)
         except CaseFailed:
             row = state.rows[-1]
+            _warn_weak_model(row, warned)
             pytest.fail(f"{row['case_id']}: {row['status']}: {row['reason']}", pytrace=False)
+        _warn_weak_model(row, warned)
         if row["status"] == "skipped":
             pytest.skip(row["reason"])
         if row["status"] != "passed":  # an accuracy status, recorded only (--record-accuracy-only)

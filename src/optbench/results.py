@@ -42,6 +42,15 @@ COLUMNS: tuple[tuple[str, str], ...] = (
         "weights_source",
         "where the weights came from: seed, checkpoint file (cache hit or miss), pretrained file",
     ),
+    (
+        "trained_top1",
+        "held-out top-1 the trained weights reached when training stopped (trained weights only)",
+    ),
+    ("target_top1", "the top-1 the model's training recipe aims for"),
+    (
+        "below_target",
+        "True when training stopped below target_top1: these rows compare techniques on a weak model",
+    ),
     # status
     ("status", "passed, skipped, failed, oom, nan_output, fail_accuracy or nondeterministic_baseline"),
     ("reason", "why a case was not passed: skip reason, exception type and message, or the accuracy numbers"),
@@ -140,7 +149,15 @@ _INT_COLUMNS = (
     "eval_batch_size",
     "compiled_graphs",
 )
-_BOOL_COLUMNS = ("selected", "precision_met", "noisy", "prepare_cached", "prepared_per_shape", "tf32")
+_BOOL_COLUMNS = (
+    "below_target",
+    "selected",
+    "precision_met",
+    "noisy",
+    "prepare_cached",
+    "prepared_per_shape",
+    "tf32",
+)
 
 
 def _clean(value: Any) -> Any:

@@ -103,6 +103,17 @@ class RunState:
         self.rows.append(row)
 
 
+def training_columns(record: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """How well trained weights learned their task: every row of a weak model says so."""
+    if "top1" not in record:
+        return {}
+    return {
+        "trained_top1": record["top1"],
+        "target_top1": spec.recipe.target_top1,
+        "below_target": not record["reached_target"],
+    }
+
+
 def _is_oom(error: BaseException) -> bool:
     return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
 
@@ -148,6 +159,7 @@ class CaseRunner:
             weights = state.weights.get(case.spec)
             row["weights"] = state.weights.choice
             row["weights_source"] = weights.source
+            row.update(training_columns(weights.record, case.spec))
             row["status"] = "passed"
             measured = measure_case(case, weights, state.setup, time_fn)
             row.update(measured.columns)

@@ -108,6 +108,25 @@ def above_ceiling(frame: pd.DataFrame) -> str:
     )
 
 
+def weak_models(frame: pd.DataFrame) -> str:
+    """Models whose trained weights stopped below their recipe's target, once each."""
+    if "below_target" not in frame.columns:
+        return ""
+    weak = frame[frame["below_target"].fillna(False).astype(bool)].drop_duplicates("model")
+    if weak.empty:
+        return ""
+    lines = [weak_model_warning(r.model, r.trained_top1, r.target_top1) for r in weak.itertuples()]
+    return f"trained below target ({len(weak)}):\n    " + "\n    ".join(lines)
+
+
+def weak_model_warning(model: str, top1: float, target: float) -> str:
+    return (
+        f"{model} reached held-out top-1 {top1:.3f}, below its recipe's target {target:.2f}: its rows compare "
+        "techniques on a poorly trained model (raise max_epochs or tune lr in its TrainRecipe, or use "
+        "--data-dir with more data)"
+    )
+
+
 def skip_reasons(frame: pd.DataFrame) -> str:
     """Skipped and failed cases grouped by reason, so nothing is dropped silently."""
     lines: list[str] = []
@@ -124,5 +143,11 @@ def skip_reasons(frame: pd.DataFrame) -> str:
 def run_summary(frame: pd.DataFrame) -> str:
     """What a run ends with, and what `optbench show` prints: the grids, then the unclear speedups,
     rows above the machine's ceiling, and the skipped and failed cases."""
-    parts = [comparison_table(frame), unclear_speedups(frame), above_ceiling(frame), skip_reasons(frame)]
+    parts = [
+        comparison_table(frame),
+        weak_models(frame),
+        unclear_speedups(frame),
+        above_ceiling(frame),
+        skip_reasons(frame),
+    ]
     return "\n\n".join(p for p in parts if p)
