@@ -20,10 +20,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_bench(
-    *args: str, cwd: Path = ROOT, timeout: int = 900, cache: Path | None = None
+    *args: str, cwd: Path = ROOT, timeout: int = 900, cache: Path | None = None, env: dict | None = None
 ) -> subprocess.CompletedProcess[str]:
     # Trained checkpoints go to the test's folder, never to the user's cache.
-    env = {**os.environ, "OPTBENCH_CACHE": str(cache or tempfile.mkdtemp(prefix="optbench-cache-"))}
+    env = {
+        **os.environ,
+        "OPTBENCH_CACHE": str(cache or tempfile.mkdtemp(prefix="optbench-cache-")),
+        **(env or {}),
+    }
     return subprocess.run(
         [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider"],
         cwd=cwd,
@@ -384,3 +388,90 @@ def test_user_data_dir_trains_and_evaluates_on_the_users_split(tmp_path):
     assert frame["weights_source"].str.contains(f"imagefolder:{data}").all()
     assert (frame["top1"] == 1.0).all()  # red vs blue: the user's own split, learned
     assert frame.loc["my_net-eager-cpu-bs2", "agreement"] == 1.0
+
+
+PACKAGE_MODEL = """
+from optbench import image_classifier, register_model
+
+from .layers import tiny_net
+
+register_model(image_classifier("pkg_net", tiny_net, resolution=16))
+"""
+
+PACKAGE_LAYERS = """
+from torch import nn
+
+
+def tiny_net(num_classes):
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, num_classes))
+"""
+
+PLUGIN_MODULE = """
+from torch import nn
+from optbench import Technique, image_classifier, register_model, register_technique
+
+register_model(image_classifier("plugin_net", lambda n: nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, n)),
+                                resolution=8))
+
+
+@register_technique
+class PluginNoop(Technique):
+    name = "plugin_noop"
+    family = "layout"
+    api = "plugin"
+
+    def apply(self, prepared, ctx):
+        return prepared.then(self.api)
+"""
+
+
+def test_a_users_repository_benchmarks_its_own_models_not_the_zoo(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "models" / "layers.py").write_text(PACKAGE_LAYERS)  # relative import from a package
+    (tmp_path / "models" / "pkg_net.py").write_text(PACKAGE_MODEL)
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "test_inference.py").write_text(textwrap.dedent(USER_BENCH))
+
+    def ids(*args: str, env: dict | None = None) -> list[str]:
+        out = run_bench("bench/", "--collect-only", "-q", "--devices", "cpu", *args, cwd=tmp_path, env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return [line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines() if "[" in line]
+
+    models = {case.split("-", 1)[0] for case in ids("--profile", "smoke")}
+    assert models == {"pkg_net"}
+    assert {case.split("-", 1)[0] for case in ids("--profile", "smoke", "--zoo")} == {
+        "pkg_net",
+        "resnet18",
+        "lstm_classifier",
+    }
+    assert {case.split("-", 1)[0] for case in ids("--models", "pkg_net,resnet18")} == {"pkg_net", "resnet18"}
+
+    # An installed package registers a model and a technique through the optbench.plugins entry points.
+    site = tmp_path / "site"
+    (site / "optbench_demo_plugin-0.1.dist-info").mkdir(parents=True)
+    (site / "optbench_demo_plugin.py").write_text(PLUGIN_MODULE)
+    (site / "optbench_demo_plugin-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: optbench-demo-plugin\nVersion: 0.1\n"
+    )
+    (site / "optbench_demo_plugin-0.1.dist-info" / "entry_points.txt").write_text(
+        "[optbench.plugins]\ndemo = optbench_demo_plugin\n"
+    )
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    with_plugin = ids("--techniques", "eager,plugin_noop", env={"PYTHONPATH": path})
+    assert "plugin_net-plugin_noop-cpu-bs8" in with_plugin and "pkg_net-plugin_noop-cpu-bs8" in with_plugin
+
+
+def test_optbench_train_trains_a_users_model(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "my_net.py").write_text(textwrap.dedent(USER_MODEL))
+    out = subprocess.run(
+        [sys.executable, "-m", "optbench.cli", "train", "--quiet"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "OPTBENCH_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("my_net")]
+    assert len(rows) == 1 and rows[0][1] == "3x16x16" and rows[0][2] == "miss"
+    assert "resnet18" not in out.stdout  # the zoo is not trained in a user's repository
+    assert len(list((tmp_path / "cache" / "checkpoints").glob("my_net-*.pt"))) == 1

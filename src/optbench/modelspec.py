@@ -231,14 +231,46 @@ def zoo_dir() -> Path:
     return Path(next(iter(zoo.__path__))).resolve()
 
 
+def is_zoo_model(name: str) -> bool:
+    """True for a model the zoo that ships with optbench registers."""
+    origin = MODELS.origin(name)
+    return bool(origin) and Path(origin).resolve().parent == zoo_dir()
+
+
+ENTRY_POINT_GROUP = "optbench.plugins"
+"""Installed packages register models and techniques here: each entry point names a module that
+registers them on import, or a callable that does when called."""
+
+
+def load_entry_points() -> list[str]:
+    """Import every `optbench.plugins` entry point of the installed packages; returns their names."""
+    from importlib.metadata import entry_points
+
+    loaded = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            target = point.load()
+            if callable(target):
+                target()
+        except Exception as error:
+            raise UsageProblem(
+                f"could not load the optbench plugin {point.name!r} ({point.value}): {type(error).__name__}: {error}"
+            ) from error
+        loaded.append(point.name)
+    return loaded
+
+
 def load_user_dir(directory: Path) -> list[str]:
-    """Import every `*.py` file in a user's folder (models/ or techniques/); each registers its own
-    specs or techniques. Returns the files imported. The zoo's own folder is skipped (already loaded)."""
+    """Import a user's folder (models/ or techniques/): each file registers its own specs or
+    techniques. A folder with an `__init__.py` is imported as a package, so its files may use relative
+    imports. Returns the files imported. The zoo's own folder is skipped (already loaded)."""
     directory = Path(directory).resolve()
     if directory == zoo_dir():
         return []
-    loaded = []
     tag = hashlib.sha1(str(directory).encode()).hexdigest()[:8]
+    if (directory / "__init__.py").exists():
+        return _load_user_package(directory, f"optbench_user_{tag}_{directory.name}")
+    loaded = []
     for path in sorted(directory.glob("*.py")):
         if path.name.startswith("_"):
             continue
@@ -255,4 +287,34 @@ def load_user_dir(directory: Path) -> list[str]:
             del sys.modules[module_name]
             raise UsageProblem(f"could not load {path}: {type(error).__name__}: {error}") from error
         loaded.append(path.name)
+    return loaded
+
+
+def _load_user_package(directory: Path, package: str) -> list[str]:
+    """The folder as package `package`, then each of its modules (registering as they import)."""
+    import pkgutil
+
+    loaded = []
+    try:
+        if package not in sys.modules:
+            spec = importlib.util.spec_from_file_location(
+                package, directory / "__init__.py", submodule_search_locations=[str(directory)]
+            )
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[package] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[package]
+                raise
+            loaded.append("__init__.py")
+        for info in sorted(pkgutil.iter_modules([str(directory)]), key=lambda i: i.name):
+            if not info.name.startswith("_") and f"{package}.{info.name}" not in sys.modules:
+                importlib.import_module(f"{package}.{info.name}")
+                loaded.append(f"{info.name}.py")
+    except UsageProblem:
+        raise
+    except Exception as error:
+        raise UsageProblem(f"could not load {directory}: {type(error).__name__}: {error}") from error
     return loaded

@@ -103,6 +103,13 @@ def add_options(parser: pytest.Parser) -> None:
         help="record fail_accuracy, nan_output and nondeterministic_baseline without failing the test",
     )
     group.addoption(
+        "--zoo",
+        action="store_true",
+        default=None,
+        help="include optbench's zoo in the default models (the default inside the optbench repository; "
+        "in your own, the default is your models only)",
+    )
+    group.addoption(
         "--timing-shape",
         default="deploy",
         help="deploy: time each model at its deployment shape (3x224x224, 128 tokens ...) with the "
@@ -124,11 +131,12 @@ def _split(value: str | None) -> list[str] | None:
 
 
 def _load_registries(config: pytest.Config) -> None:
-    from optbench.modelspec import load_user_dir, load_zoo
+    from optbench.modelspec import load_entry_points, load_user_dir, load_zoo
     from optbench.techniques import load_techniques
 
     load_techniques()
     load_zoo()
+    load_entry_points()
     dirs = [
         config.rootpath / "techniques",
         config.rootpath / "models",
@@ -189,7 +197,8 @@ def selection(config: pytest.Config) -> Any:
         if techniques is not None:
             techniques = _expand_techniques(techniques)
             check_techniques(techniques)
-        models = models if models is not None else [s.name for s in MODELS if s.in_profile(profile)]
+        if models is None:
+            models = _default_models(config, profile)
         if config.getoption("weights") == "pretrained":
             _check_pretrained(models)
     except UsageProblem as error:
@@ -268,6 +277,29 @@ def _check_outputs(config: pytest.Config) -> None:
             f"the cache folder {cache_dir()} cannot be written: {problem} (set OPTBENCH_CACHE to "
             "another folder)"
         )
+
+
+def in_optbench_repository(config: pytest.Config) -> bool:
+    """True when pytest runs in optbench's own checkout (its models/ folder is the zoo)."""
+    from optbench.modelspec import zoo_dir
+
+    return zoo_dir() == (config.rootpath / "models").resolve()
+
+
+def _default_models(config: pytest.Config, profile: str) -> list[str]:
+    """The profile's models: in a user's repository the user's own (and installed plugins'), with the
+    zoo only when asked for (--zoo); in optbench's repository, the zoo."""
+    from optbench.modelspec import MODELS, is_zoo_model
+
+    zoo = config.getoption("zoo")
+    with_zoo = in_optbench_repository(config) if zoo is None else zoo
+    models = [s.name for s in MODELS if s.in_profile(profile) and (with_zoo or not is_zoo_model(s.name))]
+    if not models:
+        raise UsageProblem(
+            f"no models to benchmark in the {profile} profile: {config.rootpath / 'models'} registers none; "
+            "add a model file there, name zoo models with --models (e.g. --models resnet18), or add --zoo"
+        )
+    return models
 
 
 def _expand_techniques(items: list[str]) -> list[str]:
