@@ -475,3 +475,64 @@ def test_optbench_train_trains_a_users_model(tmp_path):
     assert len(rows) == 1 and rows[0][1] == "3x16x16" and rows[0][2] == "miss"
     assert "resnet18" not in out.stdout  # the zoo is not trained in a user's repository
     assert len(list((tmp_path / "cache" / "checkpoints").glob("my_net-*.pt"))) == 1
+
+
+def _user_repo(tmp_path: Path, pyproject: str = "") -> Path:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "my_net.py").write_text(textwrap.dedent(USER_MODEL))
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "test_inference.py").write_text(textwrap.dedent(USER_BENCH))
+    if pyproject:
+        (tmp_path / "pyproject.toml").write_text(textwrap.dedent(pyproject))
+    return tmp_path
+
+
+def test_tool_optbench_in_pyproject_sets_defaults_and_the_command_line_wins(tmp_path):
+    repo = _user_repo(
+        tmp_path,
+        """
+        [tool.optbench]
+        profile = "smoke"
+        models = ["my_net", "resnet18"]
+        techniques = "eager,channels_last"
+        devices = ["cpu"]
+        batch_sizes = [1, 3]
+        """,
+    )
+    out = run_bench("bench/", "--collect-only", "-q", cwd=repo)
+    assert out.returncode == 0, out.stdout + out.stderr
+    ids = [line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines() if "[" in line]
+    assert ids == [
+        f"{model}-{tech}-cpu-bs{bs}"
+        for model in ("my_net", "resnet18")
+        for bs in (1, 3)
+        for tech in ("eager", "channels_last")
+    ]
+    out = run_bench("bench/", "--collect-only", "-q", "--techniques", "eager", "--batch-sizes=2", cwd=repo)
+    ids = [line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines() if "[" in line]
+    assert ids == ["my_net-eager-cpu-bs2", "resnet18-eager-cpu-bs2"]
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ("colour = 'red'", "unknown key 'colour'; valid keys: profile, models,"),
+        ("time_budget = 'fast'", "time_budget must be a number, got 'fast'"),
+        ("zoo = 'yes'", "zoo must be true or false, got 'yes'"),
+        ("models = ['nope']", "unknown model 'nope'; valid models: "),
+        ("time_budget = -1", "--time-budget takes a positive number of seconds, got -1"),
+    ],
+)
+def test_bad_tool_optbench_settings_are_one_line_naming_the_key(tmp_path, table, message):
+    repo = _user_repo(tmp_path, f"[tool.optbench]\n{table}\n")
+    line = one_line_usage_error(run_bench("bench/", cwd=repo))
+    assert line.startswith("ERROR: ") and message in line
+    key = table.split(" = ")[0]
+    assert key in line and str(repo / "pyproject.toml") in line
+
+
+def test_plain_pytest_bench_reports_a_broken_model_file_in_one_line(tmp_path):
+    repo = _user_repo(tmp_path)
+    (repo / "models" / "broken.py").write_text("raise ImportError('no such layer')\n")
+    line = one_line_usage_error(run_bench("bench/", cwd=repo))
+    assert line.startswith("ERROR: could not load ") and "broken.py: ImportError: no such layer" in line

@@ -202,7 +202,9 @@ def selection(config: pytest.Config) -> Any:
         if config.getoption("weights") == "pretrained":
             _check_pretrained(models)
     except UsageProblem as error:
-        raise pytest.UsageError(str(error)) from None
+        from optbench.project_config import APPLIED, name_the_key
+
+        raise pytest.UsageError(name_the_key(str(error), config.stash.get(APPLIED, {}), config)) from None
     return Selection(
         models=models,
         techniques=techniques,

@@ -18,9 +18,10 @@ import pytest
 
 from optbench.options import DEVICES, add_options, results_dir, selection
 from optbench.profiles import get_profile
-from optbench.registry import UnknownNameError
+from optbench.registry import UnknownNameError, UsageProblem
 
 _STATE_KEY = pytest.StashKey["Any"]()
+_ERROR_KEY = pytest.StashKey[pytest.UsageError]()
 _FAMILIES = (
     "baseline",
     "precision",
@@ -39,12 +40,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _wants_benchmarks(config: pytest.Config) -> bool:
-    """True when any optbench option was given: then its values are checked before collection."""
+    """True when any optbench option was given, or the paths pytest will collect hold a benchmark
+    test: then every value is checked before the session starts, so a bad one is one line, never
+    a collection error with a traceback."""
     try:
         group = config._parser.getgroup("optbench")  # private, but the only list of our options
     except AttributeError:
         return True  # validate up front anyway: only costs importing torch
-    return any(config.getoption(o.dest) != o.default for o in group.options)
+    if any(config.getoption(o.dest) != o.default for o in group.options):
+        return True
+    return _holds_benchmark_tests([Path(str(a).split("::")[0]) for a in config.args])
+
+
+def _holds_benchmark_tests(paths: list[Path], limit: int = 2000) -> bool:
+    """Whether a test file under `paths` asks for the `optbench_case` fixture (a text search over at
+    most `limit` files: cheap next to importing torch, which only then is needed)."""
+    seen = 0
+    for path in paths:
+        files = [path] if path.is_file() else path.rglob("*.py") if path.is_dir() else []
+        for file in files:
+            seen += 1
+            if seen > limit:
+                return True
+            name = file.name
+            if not (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"):
+                continue
+            try:
+                if "optbench_case" in file.read_text(errors="ignore"):
+                    return True
+            except OSError:
+                continue
+    return False
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,6 +86,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # torch.compile's structured trace logger logs at DEBUG on every compile; pytest captures it and
     # printed hundreds of empty "DEBUG torch.__trace" lines under each failed compiled case.
     logging.getLogger("torch.__trace").propagate = False
+    from optbench.project_config import APPLIED, apply_project_config
+
+    try:
+        config.stash[APPLIED] = apply_project_config(config)
+    except UsageProblem as error:
+        raise pytest.UsageError(str(error)) from None
     # Validate names up front so a typo is a usage error, not a collection error. Without optbench
     # options nothing is loaded here: plain `pytest tests/` does not pay for importing torch.
     if _wants_benchmarks(config):
@@ -84,7 +116,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     marker = metafunc.definition.get_closest_marker("optbench")
     mode = (marker.kwargs.get("mode") if marker else None) or "inference"
-    cases = build_matrix(_plugin_state(metafunc.config)["selection"], mode)
+    try:
+        chosen = _plugin_state(metafunc.config)["selection"]
+    except pytest.UsageError as error:
+        # Raised here it would be a collection error with a traceback: raise it once collection ends,
+        # where pytest shows a usage error as one line (exit code 4).
+        metafunc.config.stash[_ERROR_KEY] = error
+        metafunc.parametrize("optbench_case", [])
+        return
+    cases = build_matrix(chosen, mode)
     params = [pytest.param(c, id=c.id, marks=_marks(c)) for c in cases]
     metafunc.parametrize("optbench_case", params)
 
@@ -116,6 +156,8 @@ def _point_latest(results: Path, run_dir: Path) -> None:
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
+    if _ERROR_KEY in config.stash:
+        raise config.stash[_ERROR_KEY]
     if config.option.collectonly or _STATE_KEY not in config.stash:
         return
     if not any("optbench_case" in getattr(item, "fixturenames", ()) for item in items):
