@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from optbench.cli import main
 from optbench.results import ResultsWriter
 
@@ -79,3 +81,32 @@ def test_selfcheck_times_a_stack_on_the_same_prepared_module(registries):
     assert all(len(v) == 1 and v[0] > 0 for v in result["figures_ms"].values())
     assert result["harness_overhead"] is None
     assert "tiny_mlp channels_last+bf16_autocast, 3x8x8, batch 2" in report(result)
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("results.csv", "", "is empty: no rows to read"),
+        ("results.jsonl", "", "is empty: no rows to read"),
+        (
+            "results.jsonl",
+            '{"case_id": "a", "status": "passed"}\n{"case_id": "b", "sta',
+            "line 2 is truncated or corrupt",
+        ),
+        ("results.csv", "\x00\x01\x02\xff\xfe\n\x00", "is not"),
+        ("results.csv", "a,b\n1,2\n", "is not an optbench results file: it has no case_id column"),
+        ("results.jsonl", "[1, 2]\n", "is not"),
+    ],
+)
+def test_show_on_a_bad_results_file_is_one_line_and_exit_code_2(tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content.encode("latin-1"))
+    before = (tmp_path / name).read_bytes()
+    out = subprocess.run(
+        [sys.executable, "-m", "optbench.cli", "show", str(tmp_path / name)], capture_output=True, text=True
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert (
+        len(lines) == 1 and lines[0].startswith(f"optbench: error: {tmp_path / name}") and message in lines[0]
+    )
+    assert (tmp_path / name).read_bytes() == before  # nothing rewritten

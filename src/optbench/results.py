@@ -211,17 +211,45 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     return p
 
 
+def _read(file: Path) -> pd.DataFrame:
+    """The rows of one results file; a file that is empty, truncated, corrupt or not optbench's is a
+    UsageProblem naming it (one line), never a parser traceback."""
+    from optbench.registry import UsageProblem
+
+    if file.stat().st_size == 0:
+        raise UsageProblem(f"{file} is empty: no rows to read (the run wrote nothing yet?)")
+    try:
+        if file.suffix == ".jsonl":
+            rows = []
+            with file.open(encoding="utf-8") as lines:
+                for number, line in enumerate(lines, 1):
+                    if line.strip():
+                        try:
+                            rows.append(json.loads(line))
+                        except ValueError:
+                            raise UsageProblem(
+                                f"{file} line {number} is truncated or corrupt; the other rows are intact "
+                                "(read results.csv beside it, or remove that line)"
+                            ) from None
+            frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=[*COLUMN_NAMES, *JSON_ONLY])
+        else:
+            frame = pd.read_csv(file, keep_default_na=True)
+    except UsageProblem:
+        raise
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UsageProblem(f"{file} is not a results file optbench can read: {message}") from None
+    if "case_id" not in frame.columns:
+        raise UsageProblem(f"{file} is not an optbench results file: it has no case_id column")
+    return frame
+
+
 def load(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Read one run's rows (a run folder, `results/latest`, results.csv or results.jsonl) as a DataFrame.
 
     From JSONL the frame also has `samples_ms`, the raw per-round latencies."""
     file = resolve(path)
-    if file.suffix == ".jsonl":
-        frame = pd.read_json(file, lines=True, dtype=False)
-        if frame.empty:
-            frame = pd.DataFrame(columns=[*COLUMN_NAMES, *JSON_ONLY])
-    else:
-        frame = pd.read_csv(file, keep_default_na=True)
+    frame = _read(file)
     for name in COLUMN_NAMES:
         if name not in frame.columns:
             frame[name] = pd.NA
