@@ -44,11 +44,26 @@ def test_truncated_checkpoint_warns_and_retrains(spec, tmp_path):
     load_or_train(spec, task, 0, _trainer(spec, calls), root=tmp_path)
     path = checkpoint_path(spec, task, 0, tmp_path)
     path.write_bytes(path.read_bytes()[:100])
-    with pytest.warns(UserWarning, match="unreadable.*retraining"):
+    with pytest.warns(UserWarning, match="unusable.*retraining"):
         _, meta = load_or_train(spec, task, 0, _trainer(spec, calls), root=tmp_path)
     assert meta["cache"] == "miss" and calls == [1, 1]
     _, meta = load_or_train(spec, task, 0, _trainer(spec, calls), root=tmp_path)
     assert meta["cache"] == "hit"
+
+
+def test_checkpoint_that_does_not_fit_the_model_warns_and_retrains(spec, tmp_path):
+    from optbench.checkpoints import atomic_save
+
+    task = digits_task(spec.task_resolution)
+    calls = []
+    path = checkpoint_path(spec, task, 0, tmp_path)
+    other = torch.nn.Linear(3, 4).state_dict()  # readable, but another model's weights
+    atomic_save({"state_dict": other, "meta": {"top1": 1.0}}, path)
+    with pytest.warns(
+        UserWarning, match=r"unusable \(RuntimeError: Error\(s\) in loading state_dict.*retraining"
+    ):
+        state, meta = load_or_train(spec, task, 0, _trainer(spec, calls), root=tmp_path)
+    assert meta["cache"] == "miss" and calls == [1] and set(state) == set(spec.build_model().state_dict())
 
 
 def test_training_progress_in_a_log_is_sparse(spec, capsys):

@@ -55,20 +55,31 @@ def load_or_train(
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The cached state dict and its training record, training (and caching) it first if needed.
 
-    A corrupt or truncated checkpoint is reported with a warning and retrained."""
+    A corrupt or truncated checkpoint, or one that loads but does not fit the model (its code changed
+    in a file the key does not cover), is reported with a warning and retrained."""
     path = checkpoint_path(spec, task, seed, root)
     if path.exists():
         try:
             blob = torch.load(path, map_location="cpu", weights_only=True)
-            return blob["state_dict"], {**blob["meta"], "cache": "hit", "path": str(path)}
-        except Exception as error:  # unreadable for any reason: retrain rather than stop the run
+            state = blob["state_dict"]
+            _fits(spec, state)
+            return state, {**blob["meta"], "cache": "hit", "path": str(path)}
+        except Exception as error:  # unusable for any reason: retrain rather than stop the run
+            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
             warnings.warn(
-                f"checkpoint {path} is unreadable ({type(error).__name__}: {error}); retraining", stacklevel=2
+                f"checkpoint {path} is unusable ({type(error).__name__}: {message}); retraining", stacklevel=2
             )
     model, meta = train_fn()
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     atomic_save({"state_dict": state, "meta": meta}, path)
     return state, {**meta, "cache": "miss", "path": str(path)}
+
+
+def _fits(spec: ModelSpec, state: dict[str, torch.Tensor]) -> None:
+    """Raise when `state` does not load into the model `spec` builds (names or shapes differ)."""
+    with torch.device("meta"):  # no memory, no initialisation: only names and shapes are checked
+        model = spec.build_model()
+    model.load_state_dict(state, assign=True)
 
 
 def atomic_save(obj: Any, path: Path) -> None:
