@@ -536,3 +536,37 @@ def test_plain_pytest_bench_reports_a_broken_model_file_in_one_line(tmp_path):
     (repo / "models" / "broken.py").write_text("raise ImportError('no such layer')\n")
     line = one_line_usage_error(run_bench("bench/", cwd=repo))
     assert line.startswith("ERROR: could not load ") and "broken.py: ImportError: no such layer" in line
+
+
+def test_pretrained_weights_time_and_evaluate_at_their_own_size_and_skip_models_without(tmp_path):
+    import torch
+    from PIL import Image
+    from torchvision.models import resnet18
+
+    hub = tmp_path / "torch" / "hub" / "checkpoints"
+    hub.mkdir(parents=True)
+    torch.manual_seed(0)
+    torch.save(resnet18(weights=None).state_dict(), hub / "resnet18-f37072fd.pth")  # the expected name
+    data = tmp_path / "data"
+    for name, color in (("a", (200, 30, 30)), ("b", (30, 30, 200))):
+        (data / name).mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGB", (40, 30), color).save(data / name / f"{i}.png")
+    results = tmp_path / "results"
+    out = run_bench(
+        "bench/", "--weights", "pretrained", "--data-dir", str(data), "--models", "resnet18,lstm_classifier",
+        "--techniques", "eager", "--devices", "cpu", "--profile", "smoke", "--time-budget", "0.2",
+        "--results-dir", str(results), "--record-accuracy-only",
+        env={"TORCH_HOME": str(tmp_path / "torch")},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    frame = load(results / "latest").set_index("case_id")
+    row = frame.loc["resnet18-eager-cpu-bs2"]
+    assert row["status"] == "passed" and row["weights"] == "pretrained"
+    assert row["input_shape"] == row["eval_input_shape"] == "3x224x224" and row["eval_samples"] == 6
+    assert "resnet18-f37072fd.pth" in row["weights_source"]
+    skipped = frame.loc["lstm_classifier-eager-cpu-bs4"]
+    assert skipped["status"] == "skipped"
+    assert (
+        skipped["reason"] == "--weights pretrained: torchvision has no pretrained weights for lstm_classifier"
+    )

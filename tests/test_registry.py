@@ -94,3 +94,14 @@ def test_wildcards_and_tags_select_models_and_techniques(registries):
         models.expand(["nope*"], tags)
     with pytest.raises(UnknownNameError, match="unknown model 'nope'"):
         models.expand(["nope"], tags)
+
+
+def test_pretrained_preprocessing_comes_from_the_weights(registries):
+    from optbench.weights import pretrained_preprocess
+
+    models, _ = registries
+    resize, crop, mean, std = pretrained_preprocess(models.get("vit_b_16"))
+    assert (resize, crop) == (256, 224) and mean == (0.485, 0.456, 0.406) and std == (0.229, 0.224, 0.225)
+    assert pretrained_preprocess(models.get("efficientnet_b0"))[:2] == (256, 224)
+    assert pretrained_preprocess(models.get("bert_base_encoder")) is None
+    assert pretrained_preprocess(models.get("tiny_mlp")) is None

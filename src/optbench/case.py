@@ -63,6 +63,8 @@ class Selection:
     batch_sizes: list[int] | None
     """None: each model's batch sizes for the profile."""
     profile: str
+    weights: str = "trained"
+    """random, trained or pretrained: models without such weights become skipped cases."""
 
 
 def build_matrix(selection: Selection, mode: str) -> list[Case]:
@@ -73,6 +75,9 @@ def build_matrix(selection: Selection, mode: str) -> list[Case]:
         chosen = selection.techniques if selection.techniques is not None else default_techniques(device)
         return [t for t in chosen if t == BASELINE] + [t for t in chosen if t != BASELINE]
 
+    from optbench.weights import WeightsProvider
+
+    weights = WeightsProvider(selection.weights)
     cases = []
     for model in selection.models:
         spec = MODELS.get(model)
@@ -83,6 +88,10 @@ def build_matrix(selection: Selection, mode: str) -> list[Case]:
         for device in selection.devices:
             for batch_size in batch_sizes:
                 for technique in techniques_on(device):
-                    reason = unavailable_reason(device) or resolve(technique).supports(spec, device, mode)
+                    reason = (
+                        unavailable_reason(device)
+                        or weights.unavailable_reason(spec)
+                        or resolve(technique).supports(spec, device, mode)
+                    )
                     cases.append(Case(model, technique, device, batch_size, mode, skip_reason=reason))
     return cases

@@ -170,6 +170,10 @@ def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeF
     measurement.columns.update(
         {
             **stats,
+            # The weights decide the timed shape (pretrained weights: their own crop size).
+            "input_shape": timed.input_shape,
+            "resolution": timed.resolution,
+            "seq_len": timed.seq_len,
             "dtype": prepared.dtype,
             "api": prepared.api or tech.api,
             "warmup_rounds": len(pilot) + 1,

@@ -75,6 +75,25 @@ def pretrained_weights_file(spec: ModelSpec) -> tuple[Any, Path]:
     return weights, hub / Path(weights.url).name
 
 
+def pretrained_preprocess(spec: ModelSpec) -> tuple[int, int, tuple[float, ...], tuple[float, ...]] | None:
+    """(resize, crop, mean, std) of torchvision's default weights for `spec`, or None when it has none
+    (text models, user models)."""
+    if spec.task != IMAGE:
+        return None
+    from torchvision.models import get_model_weights
+
+    try:
+        transforms = get_model_weights(spec.name).DEFAULT.transforms()
+    except (ValueError, KeyError, AttributeError):
+        return None
+    return (
+        int(transforms.resize_size[0]),
+        int(transforms.crop_size[0]),
+        tuple(float(m) for m in transforms.mean),
+        tuple(float(v) for v in transforms.std),
+    )
+
+
 class WeightsProvider:
     """Resolves each model's weights once per run (training or loading the cached checkpoint)."""
 
@@ -101,7 +120,8 @@ class WeightsProvider:
         if self.choice == "trained":
             return spec.task_input_shape
         if self.choice == "pretrained" and self.data_dir is not None:
-            return spec.input_shape
+            preprocess = pretrained_preprocess(spec)
+            return f"3x{preprocess[1]}x{preprocess[1]}" if preprocess else None
         return None
 
     def get(self, spec: ModelSpec) -> ModelWeights:
@@ -154,11 +174,16 @@ class WeightsProvider:
             key=Path(record["path"]).stem,
         )
 
+    def unavailable_reason(self, spec: ModelSpec) -> str | None:
+        """Why these weights do not exist for `spec` (a skipped case), or None."""
+        if self.choice == "pretrained" and pretrained_preprocess(spec) is None:
+            return f"--weights pretrained: torchvision has no pretrained weights for {spec.name}"
+        return None
+
     def _pretrained(self, spec: ModelSpec) -> ModelWeights:
-        if spec.task != IMAGE:
-            raise UsageProblem(
-                f"--weights pretrained: {spec.name!r} is not a torchvision model with pretrained weights"
-            )
+        reason = self.unavailable_reason(spec)
+        if reason:
+            raise UsageProblem(reason)
         weights, file = pretrained_weights_file(spec)
         if not file.exists():
             raise UsageProblem(
@@ -166,14 +191,19 @@ class WeightsProvider:
                 f"copy it there from a machine that has it)"
             )
         state = torch.load(file, map_location="cpu", weights_only=True)
-        spec = replace(spec, num_classes=len(weights.meta["categories"]))
+        preprocess = pretrained_preprocess(spec)
+        assert preprocess is not None
+        # Timed and evaluated at the weights' own crop size, with their own resize and normalization.
+        crop = preprocess[1]
+        spec = replace(
+            spec, num_classes=len(weights.meta["categories"]), resolution=crop, task_resolution=crop
+        )
         task, eval_spec = None, None
         if self.data_dir is not None:
             from optbench.tasks import task_for
 
-            # Pretrained weights are evaluated at the resolution they were made for.
-            eval_spec = replace(spec, task_resolution=spec.resolution)
-            task = task_for(eval_spec, self.data_dir)
+            eval_spec = spec
+            task = task_for(eval_spec, self.data_dir, preprocess)
         return ModelWeights(
             spec,
             state,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,13 +31,14 @@ class TaskData:
         return h.hexdigest()[:16]
 
 
-def task_for(spec: ModelSpec, data_dir: Path | None = None) -> TaskData:
-    """The task a model is trained and evaluated on, at the model's task input shape."""
+def task_for(spec: ModelSpec, data_dir: Path | None = None, preprocess: Any = None) -> TaskData:
+    """The task a model is trained and evaluated on, at the model's task input shape. `preprocess`
+    (resize, crop, mean, std) overrides the ImageNet convention for a --data-dir."""
     if spec.task == IMAGE:
         if data_dir is not None:
             from optbench.tasks.imagefolder import imagefolder_task
 
-            return imagefolder_task(Path(data_dir), spec.task_resolution)
+            return imagefolder_task(Path(data_dir), spec.task_resolution, preprocess)
         from optbench.tasks.digits import digits_task
 
         return digits_task(spec.task_resolution)

@@ -36,14 +36,24 @@ def check_data_dir(path: Path) -> None:
         raise UsageProblem(f"--data-dir {root} has class folders but no images in them")
 
 
-def _load(root: Path, resolution: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+Preprocess = tuple[int, int, tuple[float, ...], tuple[float, ...]]
+"""(resize side, center-crop side, mean, std): how a model's pretrained weights expect images."""
+
+
+def default_preprocess(resolution: int) -> Preprocess:
+    """The ImageNet convention: resize to 256/224 of the crop, center crop, ImageNet mean and std."""
+    return int(round(resolution * 256 / 224)), resolution, tuple(IMAGENET_MEAN), tuple(IMAGENET_STD)
+
+
+def _load(root: Path, preprocess: Preprocess) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     from torchvision import datasets, transforms
 
+    resize, crop, mean, std = preprocess
     transform = transforms.Compose([
-        transforms.Resize(int(round(resolution * 256 / 224))),
-        transforms.CenterCrop(resolution),
+        transforms.Resize(resize),
+        transforms.CenterCrop(crop),
         transforms.ToTensor(),
-        transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        transforms.Normalize(mean, std),
     ])  # fmt: skip
     folder = datasets.ImageFolder(str(root), transform=transform)
     xs, ys = zip(*(folder[i] for i in range(len(folder))), strict=True)
@@ -51,19 +61,22 @@ def _load(root: Path, resolution: int) -> tuple[torch.Tensor, torch.Tensor, list
 
 
 @lru_cache(maxsize=8)
-def imagefolder_task(path: Path, resolution: int) -> TaskData:
+def imagefolder_task(path: Path, resolution: int, preprocess: Preprocess | None = None) -> TaskData:
+    """The folder's images at `resolution`, preprocessed as `preprocess` says (default: the ImageNet
+    convention at that resolution)."""
     check_data_dir(path)
+    preprocess = preprocess or default_preprocess(resolution)
     if (path / "val").is_dir():
-        eval_x, eval_y, classes = _load(path / "val", resolution)
+        eval_x, eval_y, classes = _load(path / "val", preprocess)
         if (path / "train").is_dir():
-            train_x, train_y, train_classes = _load(path / "train", resolution)
+            train_x, train_y, train_classes = _load(path / "train", preprocess)
             if train_classes != classes:
                 raise UsageProblem(f"--data-dir {path}: train and val have different class folders")
         else:
             train_x, train_y = eval_x[:0], eval_y[:0]
     else:
-        eval_x, eval_y, classes = _load(path, resolution)
+        eval_x, eval_y, classes = _load(path, preprocess)
         train_x, train_y = eval_x[:0], eval_y[:0]
     return TaskData(
-        f"imagefolder:{path.resolve()}@{resolution}px", train_x, train_y, eval_x, eval_y, len(classes)
+        f"imagefolder:{path.resolve()}@{preprocess[1]}px", train_x, train_y, eval_x, eval_y, len(classes)
     )
