@@ -57,13 +57,9 @@ def test_the_installed_wheel_benchmarks_a_users_repository(tmp_path):
         env={**os.environ, "OPTBENCH_CACHE": str(tmp_path / "cache")},
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    rows = (tmp_path / "results" / "latest" / "results.csv").read_text().splitlines()
-    header = rows[0].split(",")
-    cases = [dict(zip(header, row.split(","), strict=False)) for row in rows[1:]]
+    frame = pd.read_csv(tmp_path / "results" / "latest" / "results.csv")
     # Only the user's model: the zoo stays out of a user's default matrix.
-    assert sorted(c["case_id"] for c in cases) == [
-        "wheel_net-channels_last-cpu-bs2",
-        "wheel_net-eager-cpu-bs2",
-    ]
-    assert all(c["status"] == "passed" and c["weights"] == "trained" for c in cases)
+    assert sorted(frame["case_id"]) == ["wheel_net-channels_last-cpu-bs2", "wheel_net-eager-cpu-bs2"]
+    assert (frame["status"] == "passed").all() and (frame["weights"] == "trained").all()
+    assert frame["trained_top1"].notna().all() and frame["below_target"].notna().all()
     assert "optbench: speedup vs eager fp32" in out.stdout
