@@ -215,7 +215,7 @@ def selection(config: pytest.Config) -> Any:
     )
 
 
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # "+" as in stack names
 
 
 def _check_timing(config: pytest.Config) -> None:
@@ -266,7 +266,7 @@ def _check_outputs(config: pytest.Config) -> None:
     if run_id is not None:
         if not RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
             raise UsageProblem(
-                f"--run-id {run_id!r} may hold only letters, digits, '.', '_' and '-' (it names a folder "
+                f"--run-id {run_id!r} may hold only letters, digits, '.', '_', '+' and '-' (it names a folder "
                 "in <results>/runs)"
             )
         if (results / "runs" / run_id).exists() and not config.option.collectonly:

@@ -54,7 +54,8 @@ def _optbench_medians(
         "--batch-sizes", str(batch_size), "--time-budget", str(budget), "--target-precision", "0.005",
         "--run-id", run_id, "-q", "-p", "no:cacheprovider", "--import-mode=importlib", "--rootdir", str(workdir), "--weights", "random",
     ]  # fmt: skip
-    with contextlib.redirect_stdout(output):
+    # pytest-benchmark announces its JSON file on stderr: keep both streams out of the report.
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
         code = pytest.main(args)
     if code != 0:
         raise RuntimeError(f"the optbench run failed with exit code {code}:\n{output.getvalue()[-3000:]}")
