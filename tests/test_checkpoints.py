@@ -64,6 +64,7 @@ def test_checkpoint_that_does_not_fit_the_model_warns_and_retrains(spec, tmp_pat
     ):
         state, meta = load_or_train(spec, task, 0, _trainer(spec, calls), root=tmp_path)
     assert meta["cache"] == "miss" and calls == [1] and set(state) == set(spec.build_model().state_dict())
+    assert path.with_suffix(".unusable").exists()  # the unusable file is kept, not overwritten
 
 
 def test_training_progress_in_a_log_is_sparse(spec, capsys):

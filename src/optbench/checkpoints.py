@@ -66,8 +66,12 @@ def load_or_train(
             return state, {**blob["meta"], "cache": "hit", "path": str(path)}
         except Exception as error:  # unusable for any reason: retrain rather than stop the run
             message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            kept = path.with_suffix(".unusable")
+            os.replace(path, kept)  # kept for inspection, never overwritten by the retrained one
             warnings.warn(
-                f"checkpoint {path} is unusable ({type(error).__name__}: {message}); retraining", stacklevel=2
+                f"checkpoint {path} is unusable ({type(error).__name__}: {message}); moved to {kept.name}, "
+                "retraining",
+                stacklevel=2,
             )
     model, meta = train_fn()
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
