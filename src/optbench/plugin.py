@@ -54,14 +54,20 @@ def _wants_benchmarks(config: pytest.Config) -> bool:
 
 def _holds_benchmark_tests(paths: list[Path], limit: int = 2000) -> bool:
     """Whether a test file under `paths` asks for the `optbench_case` fixture (a text search over at
-    most `limit` files: cheap next to importing torch, which only then is needed)."""
+    most `limit` files: cheap next to importing torch, which only then is needed). Virtual
+    environments and hidden folders are not searched."""
     seen = 0
     for path in paths:
         files = [path] if path.is_file() else path.rglob("*.py") if path.is_dir() else []
         for file in files:
+            inside = file.relative_to(path).parts if file != path else ()
+            if any(part.startswith(".") or part in ("site-packages", "node_modules") for part in inside):
+                continue
             seen += 1
             if seen > limit:
-                return True
+                # Too big to search: validate lazily instead (an error then surfaces after
+                # collection, still as one line), so an unrelated test suite is never failed here.
+                return False
             name = file.name
             if not (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"):
                 continue
