@@ -85,13 +85,11 @@ def build_matrix(selection: Selection, mode: str) -> list[Case]:
         batch_sizes = selection.batch_sizes or list(
             spec.batch_sizes.get(selection.profile) or spec.batch_sizes.get("default") or (1,)
         )
+        no_weights = weights.unavailable_reason(spec)  # once per model, not once per case
         for device in selection.devices:
+            absent = unavailable_reason(device)
             for batch_size in batch_sizes:
                 for technique in techniques_on(device):
-                    reason = (
-                        unavailable_reason(device)
-                        or weights.unavailable_reason(spec)
-                        or resolve(technique).supports(spec, device, mode)
-                    )
+                    reason = absent or no_weights or resolve(technique).supports(spec, device, mode)
                     cases.append(Case(model, technique, device, batch_size, mode, skip_reason=reason))
     return cases

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from optbench.registry import Registry, UsageProblem
+from optbench.registry import Registry, UnknownNameError, UsageProblem
 
 # Batch sizes a model runs at in each profile, unless its spec says otherwise. A model without an
 # entry for a profile is not part of that profile.
@@ -26,6 +26,13 @@ DEFAULT_BATCH_SIZES: dict[str, tuple[int, ...]] = {"smoke": (2,), "default": (8,
 
 SHAPES = ("deploy", "task")
 """--timing-shape: time at the deployment shape (default) or at the task shape."""
+
+
+def check_shape(which: str) -> None:
+    """A UnknownNameError unless `which` is a timing shape (deploy, task)."""
+    if which not in SHAPES:
+        raise UnknownNameError(f"unknown timing shape {which!r}; valid timing shapes: {', '.join(SHAPES)}")
+
 
 IMAGE = "image_classification"
 TEXT = "text_classification"
@@ -117,8 +124,7 @@ class ModelSpec:
 
     def at_shape(self, which: str) -> ModelSpec:
         """'deploy': this spec; 'task': at its task shape."""
-        if which not in SHAPES:
-            raise UsageProblem(f"unknown timing shape {which!r}; valid timing shapes: {', '.join(SHAPES)}")
+        check_shape(which)
         return self if which == "deploy" else self.at_task_shape()
 
     def code_hash(self) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from optbench.modelspec import SHAPES
+from optbench.modelspec import check_shape
 from optbench.profiles import PROFILES, get_profile
 from optbench.registry import UnknownNameError, UsageProblem
 
@@ -161,11 +161,7 @@ def selection(config: pytest.Config) -> Any:
         batch_sizes = _parse_batch_sizes(config.getoption("batch_sizes"))
         from optbench.weights import WEIGHT_CHOICES
 
-        if config.getoption("timing_shape") not in SHAPES:
-            raise UnknownNameError(
-                f"unknown timing shape {config.getoption('timing_shape')!r}; valid timing shapes: "
-                f"{', '.join(SHAPES)}"
-            )
+        check_shape(config.getoption("timing_shape"))
         if config.getoption("weights") not in WEIGHT_CHOICES:
             raise UnknownNameError(
                 f"unknown weights {config.getoption('weights')!r}; valid weights: {', '.join(WEIGHT_CHOICES)}"
@@ -329,14 +325,10 @@ def _check_pretrained(models: list[str]) -> None:
     from optbench.weights import pretrained_preprocess, pretrained_weights_file
 
     for name in models:
-        if pretrained_preprocess(MODELS.get(name)) is None:
+        spec = MODELS.get(name)
+        if pretrained_preprocess(spec) is None:
             continue  # no pretrained weights at all: a skipped case with its reason, not an error
-        _, file = pretrained_weights_file(MODELS.get(name))
-        if not file.exists():
-            raise UsageProblem(
-                f"--weights pretrained: {name} needs {file.name} in {file.parent} (nothing is downloaded; "
-                "copy the file there, or use --weights trained)"
-            )
+        pretrained_weights_file(spec, must_exist=True)
 
 
 def _parse_batch_sizes(value: str | None) -> list[int] | None:

@@ -61,8 +61,9 @@ class ModelWeights:
         return model.eval()
 
 
-def pretrained_weights_file(spec: ModelSpec) -> tuple[Any, Path]:
-    """torchvision's default weights for a zoo model and where torch hub caches their file."""
+def pretrained_weights_file(spec: ModelSpec, must_exist: bool = False) -> tuple[Any, Path]:
+    """torchvision's default weights for a zoo model and where torch hub caches their file; with
+    `must_exist`, a missing file is a UsageProblem naming the file and the folder."""
     from torchvision.models import get_model_weights
 
     try:
@@ -71,8 +72,13 @@ def pretrained_weights_file(spec: ModelSpec) -> tuple[Any, Path]:
         raise UsageProblem(
             f"--weights pretrained: torchvision has no pretrained weights for {spec.name!r}"
         ) from None
-    hub = Path(torch.hub.get_dir()) / "checkpoints"
-    return weights, hub / Path(weights.url).name
+    file = Path(torch.hub.get_dir()) / "checkpoints" / Path(weights.url).name
+    if must_exist and not file.exists():
+        raise UsageProblem(
+            f"--weights pretrained: {spec.name} needs {file.name} in {file.parent} (nothing is downloaded; "
+            "copy the file there, or use --weights trained)"
+        )
+    return weights, file
 
 
 def pretrained_preprocess(spec: ModelSpec) -> tuple[int, int, tuple[float, ...], tuple[float, ...]] | None:
@@ -184,12 +190,7 @@ class WeightsProvider:
         reason = self.unavailable_reason(spec)
         if reason:
             raise UsageProblem(reason)
-        weights, file = pretrained_weights_file(spec)
-        if not file.exists():
-            raise UsageProblem(
-                f"--weights pretrained: {spec.name} needs {file.name} in {file.parent} (no network here; "
-                f"copy it there from a machine that has it)"
-            )
+        weights, file = pretrained_weights_file(spec, must_exist=True)
         state = torch.load(file, map_location="cpu", weights_only=True)
         preprocess = pretrained_preprocess(spec)
         assert preprocess is not None
