@@ -175,10 +175,12 @@ class CaseRunner:
             gc.collect()
             if case.device == "cuda" and torch.cuda.is_available():
                 torch.cuda.empty_cache()
+        # Before the peak columns: the first row would otherwise hold the machine's one-time ceiling
+        # measurement (tens of seconds) in its own duration.
+        row["duration_s"] = time.perf_counter() - started
         if "latency_ms_median" in row and row["status"] not in ("failed", "oom"):
             self._add_speedup(case, row)
             self._add_peak(case, row)
-        row["duration_s"] = time.perf_counter() - started
         row["timestamp"] = now()
         state.record(row)
         if trace:
