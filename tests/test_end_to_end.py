@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from user_repo import USER_BENCH, USER_MODEL, user_repo
 
 from optbench.results import load
 
@@ -290,18 +291,6 @@ def test_smoke_run_prints_the_table_and_writes_pytest_benchmark_json(smoke_run):
     assert first["extra_info"]["speedup"] == 1.0 and first["stats"]["rounds"] == len(first["stats"]["data"])
 
 
-USER_MODEL = """
-from torch import nn
-from optbench import image_classifier, register_model
-
-register_model(image_classifier(
-    "my_net",
-    lambda num_classes: nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                                      nn.Linear(8, num_classes)),
-    resolution=16,
-))
-"""
-
 USER_TECHNIQUE = """
 from optbench import Technique, register_technique
 
@@ -313,14 +302,6 @@ class Explode(Technique):
 
     def apply(self, prepared, ctx):
         raise RuntimeError("this technique always fails")
-"""
-
-USER_BENCH = """
-import pytest
-
-@pytest.mark.optbench(mode="inference")
-def test_inference(optbench_case, optbench_run):
-    optbench_run(optbench_case)
 """
 
 
@@ -477,18 +458,8 @@ def test_optbench_train_trains_a_users_model(tmp_path):
     assert len(list((tmp_path / "cache" / "checkpoints").glob("my_net-*.pt"))) == 1
 
 
-def _user_repo(tmp_path: Path, pyproject: str = "") -> Path:
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "my_net.py").write_text(textwrap.dedent(USER_MODEL))
-    (tmp_path / "bench").mkdir()
-    (tmp_path / "bench" / "test_inference.py").write_text(textwrap.dedent(USER_BENCH))
-    if pyproject:
-        (tmp_path / "pyproject.toml").write_text(textwrap.dedent(pyproject))
-    return tmp_path
-
-
 def test_tool_optbench_in_pyproject_sets_defaults_and_the_command_line_wins(tmp_path):
-    repo = _user_repo(
+    repo = user_repo(
         tmp_path,
         """
         [tool.optbench]
@@ -524,7 +495,7 @@ def test_tool_optbench_in_pyproject_sets_defaults_and_the_command_line_wins(tmp_
     ],
 )
 def test_bad_tool_optbench_settings_are_one_line_naming_the_key(tmp_path, table, message):
-    repo = _user_repo(tmp_path, f"[tool.optbench]\n{table}\n")
+    repo = user_repo(tmp_path, f"[tool.optbench]\n{table}\n")
     line = one_line_usage_error(run_bench("bench/", cwd=repo))
     assert line.startswith("ERROR: ") and message in line
     key = table.split(" = ")[0]
@@ -532,7 +503,7 @@ def test_bad_tool_optbench_settings_are_one_line_naming_the_key(tmp_path, table,
 
 
 def test_plain_pytest_bench_reports_a_broken_model_file_in_one_line(tmp_path):
-    repo = _user_repo(tmp_path)
+    repo = user_repo(tmp_path)
     (repo / "models" / "broken.py").write_text("raise ImportError('no such layer')\n")
     line = one_line_usage_error(run_bench("bench/", cwd=repo))
     assert line.startswith("ERROR: could not load ") and "broken.py: ImportError: no such layer" in line
