@@ -63,9 +63,14 @@ def test_bad_stacks_are_usage_problems_naming_the_valid_techniques(registries, n
 
 def test_default_matrix_has_the_deployed_stacks_per_device(registries):
     cpu, cuda = default_techniques("cpu"), default_techniques("cuda")
-    assert cpu[-2:] == ["channels_last+bf16_autocast", "channels_last+bf16_autocast+compile"]
-    assert cuda[-2:] == ["channels_last+fp16_autocast", "channels_last+fp16_autocast+compile"]
+    stacks = {d: [t for t in techs if "+" in t] for d, techs in (("cpu", cpu), ("cuda", cuda))}
+    assert stacks["cpu"][:2] == ["channels_last+bf16_autocast", "channels_last+bf16_autocast+compile"]
+    assert stacks["cuda"][:2] == ["channels_last+fp16_autocast", "channels_last+fp16_autocast+compile"]
     assert "channels_last+fp16_autocast" not in cpu
+    # The edge recipes (prune, then quantize) run where their kernels do: the CPU.
+    assert {"prune_channels_50+int8_static_fx", "prune_l1_70+int8_dynamic"} <= set(stacks["cpu"])
+    assert "prune_l1_70+int8_dynamic" not in cuda and "torchao_int8_dynamic+compile" in cuda
+    assert cpu.index("channels_last+bf16_autocast") > cpu.index("eager")  # single techniques first
 
 
 def test_a_stack_is_one_row_with_a_speedup_interval(tmp_path, registries):

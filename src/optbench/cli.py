@@ -19,6 +19,20 @@ def _show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _claims(args: argparse.Namespace) -> int:
+    from optbench.claims import claims_markdown
+    from optbench.results import load, resolve
+
+    text = claims_markdown(load(args.path))
+    print(text, end="")
+    target = resolve(args.path).parent / "claims.md"
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as error:  # a read-only run folder: the table was printed, say why it is not saved
+        print(f"optbench: note: could not write {target}: {error.strerror}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _selfcheck(args: argparse.Namespace) -> int:
     from optbench.selfcheck import main as selfcheck_main
 
@@ -46,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     show = sub.add_parser("show", help="print a run's comparison table (default: results/latest)")
     show.add_argument("path", nargs="?", default="results/latest")
     show.set_defaults(func=_show)
+    claims = sub.add_parser(
+        "claims",
+        help="the founding document's claims tested with a run's rows (default: results/latest); "
+        "also written to the run folder as claims.md",
+    )
+    claims.add_argument("path", nargs="?", default="results/latest")
+    claims.set_defaults(func=_claims)
     check = sub.add_parser(
         "selfcheck", help="compare optbench's timing with torch.utils.benchmark", add_help=False
     )

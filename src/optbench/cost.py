@@ -14,12 +14,52 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 
+def _plain(tensor: torch.Tensor) -> torch.Tensor:
+    """The stored values of a weight: int_repr of a quantized tensor, the data of a tensor subclass
+    (torchao's Int8Tensor keeps it as `qdata`, beside scales)."""
+    if tensor.is_quantized:
+        return tensor.int_repr()
+    if type(tensor) not in (torch.Tensor, nn.Parameter) and hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        inner = [getattr(tensor, n) for n in names]
+        same = [t for t in inner if t.numel() == tensor.numel()]
+        return _plain(same[0] if same else inner[0])
+    if tensor.layout != torch.strided:  # sparse CSR/COO, semi-structured: count what is stored
+        return tensor.to_dense() if tensor.layout in (torch.sparse_csr, torch.sparse_coo) else tensor
+    return tensor
+
+
+def _weights(module: nn.Module) -> Iterator[torch.Tensor]:
+    """Every weight and bias the module computes with, whatever form a technique left it in:
+    parameters, quantized modules' packed int8 weights (which are not parameters), int8 constants
+    folded into an exported graph. BatchNorm statistics and quantization scales are not counted."""
+    yield from module.parameters()
+    for sub in module.modules():
+        if isinstance(sub, torch.ao.nn.quantized.dynamic.LSTM):
+            yield from sub.get_weight().values()
+            yield from sub.get_bias().values()
+        elif callable(getattr(sub, "weight", None)):
+            # torch.ao quantized Linear/Conv (static and dynamic): weight() unpacks the int8 weight
+            with contextlib.suppress(Exception):
+                yield sub.weight()
+                bias = sub.bias() if callable(getattr(sub, "bias", None)) else None
+                if bias is not None:
+                    yield bias
+    params = {id(p) for p in module.parameters()}
+    for _, buffer in module.named_buffers():
+        # Exported graphs keep folded int8 weights as buffers; other int8 buffers are zero points.
+        if id(buffer) not in params and buffer.dtype == torch.int8 and buffer.dim() > 1:
+            yield buffer
+
+
 def parameter_counts(module: nn.Module) -> tuple[int, int]:
-    """(parameters, nonzero parameters); pruning shows up as the gap between them."""
+    """(parameters, nonzero parameters); pruning shows up as the gap between them. Counts weights
+    in every stored form (see _weights), so an int8 model has as many parameters as its fp32 one."""
     total = nonzero = 0
-    for p in module.parameters():
-        total += p.numel()
-        nonzero += int(torch.count_nonzero(p.detach()))
+    for weight in _weights(module):
+        values = _plain(weight.detach())
+        total += values.numel()
+        nonzero += int(torch.count_nonzero(values))
     return total, nonzero
 
 

@@ -3,6 +3,7 @@ rounds, costs, and the held-out logits of the very object that was timed."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -165,7 +166,7 @@ def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeF
 
     stats = latency_stats(samples, policy)
     median_s = stats["latency_ms_median"] / 1e3
-    flops = setup.flops[flops_key] / case.batch_size
+    flops = prepared.flops_per_sample or setup.flops[flops_key] / case.batch_size
     throughput = case.batch_size / median_s
     measurement.columns.update(
         {
@@ -194,4 +195,18 @@ def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeF
             "gflops_per_s": flops * throughput / 1e9 if flops else None,
         }
     )
+    measurement.columns.update(technique_columns(prepared, params, nonzero))
     return measurement
+
+
+def technique_columns(prepared: Prepared, params: int, nonzero: int) -> dict[str, Any]:
+    """The columns a technique reported (unknown names go to technique_notes, as JSON), and the
+    nonzero fraction of the prepared weights."""
+    from optbench.results import TECHNIQUE_COLUMNS
+
+    known = {k: v for k, v in prepared.columns.items() if k in TECHNIQUE_COLUMNS}
+    notes = {k: v for k, v in prepared.columns.items() if k not in known}
+    columns: dict[str, Any] = {**known, "nonzero_fraction": nonzero / params if params else None}
+    if notes:
+        columns["technique_notes"] = json.dumps(notes, sort_keys=True, default=str)
+    return columns

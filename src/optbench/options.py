@@ -19,6 +19,10 @@ from optbench.registry import UnknownNameError, UsageProblem
 DEVICES = ("cpu", "cuda", "mps")
 
 
+CALIBRATION_DEFAULT = 256
+CALIBRATION_RANGE = (1, 10_000)
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("optbench", "optbench benchmark matrix")
     group.addoption(
@@ -98,6 +102,14 @@ def add_options(parser: pytest.Parser) -> None:
         "makes the accuracy floor coarser)",
     )
     group.addoption(
+        "--calibration-samples",
+        type=int,
+        default=CALIBRATION_DEFAULT,
+        metavar="N",
+        help=f"training samples static int8 quantization calibrates on, {CALIBRATION_RANGE[0]} to "
+        f"{CALIBRATION_RANGE[1]} (default {CALIBRATION_DEFAULT}; capped at the train split's size)",
+    )
+    group.addoption(
         "--record-accuracy-only",
         action="store_true",
         help="record fail_accuracy, nan_output and nondeterministic_baseline without failing the test",
@@ -168,6 +180,12 @@ def selection(config: pytest.Config) -> Any:
             )
         if config.getoption("eval_samples") is not None and config.getoption("eval_samples") < 1:
             raise UsageProblem("--eval-samples takes a positive whole number")
+        calibration = config.getoption("calibration_samples")
+        if not CALIBRATION_RANGE[0] <= calibration <= CALIBRATION_RANGE[1]:
+            raise UsageProblem(
+                f"--calibration-samples takes a whole number from {CALIBRATION_RANGE[0]} to "
+                f"{CALIBRATION_RANGE[1]}, got {calibration}"
+            )
         if not 0 < config.getoption("accuracy_floor") <= 1:
             raise UsageProblem("--accuracy-floor takes a fraction in (0, 1], e.g. 0.99")
         if config.getoption("data_dir") is not None:

@@ -195,6 +195,7 @@ def pytest_collection_modifyitems(
         accuracy_floor=config.getoption("accuracy_floor"),
         record_only=config.getoption("record_accuracy_only"),
         eval_limit=config.getoption("eval_samples"),
+        calibration_samples=config.getoption("calibration_samples"),
         timing=profile.timing.with_overrides(
             config.getoption("time_budget"), config.getoption("target_precision")
         ),
@@ -273,7 +274,8 @@ def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[An
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    run = config.stash.get(_STATE_KEY, {}).get("run")
+    state = config.stash.get(_STATE_KEY, {})
+    run = state.get("run")
     if run is not None:
         run.writer.close()
 
@@ -291,4 +293,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("=", "optbench: speedup vs eager fp32 (median latency ms)")
     terminalreporter.write_line(run_summary(pd.DataFrame(run.rows)))
     terminalreporter.write_line("")
+    from optbench.claims import claims_markdown
+
+    claims = claims_markdown(pd.DataFrame(run.rows))
+    (state["run_dir"] / "claims.md").write_text(claims, encoding="utf-8")
+    terminalreporter.write_line("")
+    terminalreporter.write_line("\n".join(claims.splitlines()[4:]))  # the table, without the preamble
+    terminalreporter.write_line("")
     terminalreporter.write_line(f"full table: {state['run_dir'] / 'results.csv'}  ({len(run.rows)} rows)")
+    terminalreporter.write_line(f"claims: {state['run_dir'] / 'claims.md'}")

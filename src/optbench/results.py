@@ -92,7 +92,24 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("nonzero_params", "parameters that are not zero"),
     ("size_bytes", "bytes of torch.save(state_dict)"),
     ("size_compressed_bytes", "those bytes after zlib (level 1)"),
-    ("flops_per_sample", "FLOPs of one sample's forward pass in the fp32 model (torch.utils.flop_counter)"),
+    (
+        "size_reduction",
+        "percent smaller than eager fp32 of the same group, compressed bytes against compressed bytes "
+        "(so zeroed weights count as saved, as in a zipped deployment file)",
+    ),
+    ("nonzero_fraction", "nonzero_params / params (1.0 for a dense model)"),
+    (
+        "sparsity",
+        "pruning techniques: fraction of the pruned layers' weights that are zero (or channels removed)",
+    ),
+    ("calibration_samples", "static quantization: training samples the observers saw"),
+    ("finetune_samples", "pruning: training samples of the seeded fine-tune (0: none at this shape)"),
+    ("technique_notes", "other columns a technique reported, as JSON"),
+    (
+        "flops_per_sample",
+        "FLOPs of one sample's forward pass in the fp32 model (torch.utils.flop_counter); for "
+        "techniques that remove channels, in the pruned fp32 model",
+    ),
     ("gflops_per_s", "achieved GFLOP/s: flops_per_sample x throughput / 1e9"),
     ("pct_of_peak", "gflops_per_s as a percentage of the machine's measured ceiling for peak_dtype"),
     ("peak_gflops_per_s", "that ceiling: best dense GEMM or convolution GFLOP/s measured on this machine"),
@@ -128,6 +145,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("duration_s", "wall time of the whole case: build, prepare, warm-up, timing, costs"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
+TECHNIQUE_COLUMNS = ("sparsity", "calibration_samples", "finetune_samples")
+"""Columns a technique may fill itself (Prepared.columns); anything else goes to technique_notes."""
 JSON_ONLY = ("samples_ms",)
 """Columns written to the JSONL only: the raw per-round latencies."""
 
@@ -144,6 +163,8 @@ _INT_COLUMNS = (
     "nonzero_params",
     "size_bytes",
     "size_compressed_bytes",
+    "calibration_samples",
+    "finetune_samples",
     "flops_per_sample",
     "eval_samples",
     "eval_batch_size",

@@ -72,6 +72,8 @@ class RunState:
     """Record accuracy statuses without failing the pytest case."""
     eval_limit: int | None = None
     """Evaluate on the first N held-out samples only (None: all of them)."""
+    calibration_samples: int = 256
+    """Training samples static quantization calibrates on."""
     ceilings: Ceilings | None = None
     """The machine's measured ceilings, for pct_of_peak (None: not measured)."""
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -94,6 +96,7 @@ class RunState:
                 cache_root=weights.cache_root,
                 progress_context=weights.show_progress,
                 show_progress=weights.progress,
+                calibration_samples=self.calibration_samples,
             )
 
         return Setup(self.timing, self.timing_shape, self.eval_limit, self.flops, context=context)
@@ -219,6 +222,8 @@ class CaseRunner:
             return
         row["baseline_case_id"] = base["case_id"]
         row["baseline_latency_ms"] = base["latency_ms_median"]
+        if base.get("size_compressed_bytes") and row.get("size_compressed_bytes"):
+            row["size_reduction"] = 100 * (1 - row["size_compressed_bytes"] / base["size_compressed_bytes"])
         if base is row:
             row["speedup"] = row["speedup_ci95_low"] = row["speedup_ci95_high"] = 1.0
             return

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
@@ -39,6 +39,11 @@ class Prepared:
     """The APIs that produced it, in order ('torch.channels_last + torch.autocast')."""
     adapt_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] = _same
     """Applied to evaluation batches the way the technique changed `inputs` (e.g. channels_last)."""
+    flops_per_sample: int | None = None
+    """Set by a technique that changes the work itself (removing channels): the FLOPs of one
+    sample's forward pass now. None: the fp32 model's count stands."""
+    columns: Mapping[str, Any] = field(default_factory=dict)
+    """Row columns the technique reports about itself (sparsity reached, calibration samples ...)."""
 
     @classmethod
     def eager(cls, model: nn.Module, inputs: tuple[Any, ...]) -> Prepared:
@@ -53,6 +58,8 @@ class Prepared:
         module: nn.Module | None = None,
         dtype: str | None = None,
         adapt_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
+        columns: Mapping[str, Any] | None = None,
+        flops_per_sample: int | None = None,
     ) -> Prepared:
         """This Prepared after one more technique: its API is appended, its input change composed
         after the earlier ones (and applied to the example inputs now)."""
@@ -70,6 +77,8 @@ class Prepared:
             dtype=dtype if dtype is not None else self.dtype,
             api=f"{self.api} + {api}" if self.api else api,
             adapt_inputs=adapt,
+            columns={**self.columns, **(columns or {})},
+            flops_per_sample=flops_per_sample if flops_per_sample is not None else self.flops_per_sample,
         )
 
 
@@ -121,3 +130,55 @@ def register_technique(cls: type[Technique]) -> type[Technique]:
         raise ValueError(f"technique name {cls.name!r} may not contain '+' (it joins techniques into stacks)")
     TECHNIQUES.add(cls.name, cls(), origin=inspect.getfile(cls))
     return cls
+
+
+@dataclass(frozen=True)
+class Levels:
+    """A technique that takes a whole-number level in its name (`prune_l1_70`: 70% sparsity)."""
+
+    prefix: str
+    make: Callable[[int], Technique]
+    low: int
+    high: int
+    meaning: str
+
+
+LEVELS: dict[str, Levels] = {}
+
+
+def register_levels(
+    prefix: str,
+    make: Callable[[int], Technique],
+    defaults: tuple[int, ...],
+    low: int,
+    high: int,
+    meaning: str,
+) -> None:
+    """Register `<prefix>_<N>` techniques: the default levels now (they join the default matrix),
+    any other N in [low, high] when a user names it (`--techniques prune_l1_80`)."""
+    LEVELS[prefix] = Levels(prefix, make, low, high, meaning)
+    for level in defaults:
+        _add_level(LEVELS[prefix], level)
+
+
+def _add_level(levels: Levels, level: int) -> None:
+    tech = levels.make(level)
+    TECHNIQUES.add(tech.name, tech, origin=inspect.getfile(type(tech)))
+
+
+def register_level_name(name: str) -> None:
+    """Register `name` if it is a level of a registered family (`prune_l1_80`) and not yet known;
+    raise a UsageProblem naming the valid range when its level is outside it."""
+    from optbench.registry import UsageProblem
+
+    if name in TECHNIQUES:
+        return
+    prefix, _, level = name.rpartition("_")
+    levels = LEVELS.get(prefix)
+    if levels is None or not level.lstrip("-").isdigit():
+        return
+    if not levels.low <= int(level) <= levels.high:
+        raise UsageProblem(
+            f"{name}: {prefix}_<N> takes N, the {levels.meaning}, from {levels.low} to {levels.high}"
+        )
+    _add_level(levels, int(level))

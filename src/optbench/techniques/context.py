@@ -41,6 +41,8 @@ class TechniqueContext:
     technique_code: str = ""
     cache_log: list[bool] = field(default_factory=list)
     """One entry per `cached` call, True for a cache hit; shared by the parts of a stack."""
+    calibration_samples: int = 256
+    """Training samples a static quantization calibrates on (`--calibration-samples`)."""
 
     def for_technique(self, name: str, code_hash: str) -> TechniqueContext:
         """The same context for one technique (of a stack): cache keys name the technique."""
@@ -70,6 +72,27 @@ class TechniqueContext:
         for i in range(0, len(order), size):
             idx = order[i : i + size]
             yield x[idx].to(self.device), y[idx].to(self.device)
+
+    def calibration_batches(self, samples: int | None = None) -> Iterator[torch.Tensor]:
+        """Inputs of the first `samples` (default: calibration_samples) seeded training examples, at
+        the input shape being prepared for: task images are resized to a deployment resolution, so
+        the activation ranges a quantizer observes are those of the shape it will run at. Weights
+        with no task (--weights random) calibrate on seeded random inputs: speed only."""
+        samples = samples or self.calibration_samples
+        if self.task is None or len(self.task.train_y) == 0:
+            gen = torch.Generator().manual_seed(self.seed)
+            for i in range(0, samples, self.batch_size):
+                (x,) = self.spec.example_inputs(min(self.batch_size, samples - i), gen)[:1]
+                yield x.to(self.device)
+            return
+        for x, _ in self.train_batches(samples):
+            yield self._at_input_shape(x)
+
+    def _at_input_shape(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 4 and self.spec.resolution is not None and x.shape[-1] != self.spec.resolution:
+            size = (self.spec.resolution, self.spec.resolution)
+            return torch.nn.functional.interpolate(x, size=size, mode="bilinear", align_corners=False)
+        return x
 
     def progress(self, items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
         """Iterate `items` under a progress bar that reaches the terminal past pytest's capture."""

@@ -10,7 +10,7 @@ from functools import cache
 
 from optbench.modelspec import ModelSpec
 from optbench.registry import UnknownNameError, UsageProblem
-from optbench.techniques.base import TECHNIQUES, Prepared, Technique
+from optbench.techniques.base import TECHNIQUES, Prepared, Technique, register_level_name
 from optbench.techniques.context import TechniqueContext
 
 SEPARATOR = "+"
@@ -64,6 +64,7 @@ def _stack(names: tuple[str, ...]) -> Stack:
 def resolve(name: str) -> Technique:
     """A registered technique, or the stack its '+'-joined name describes."""
     if SEPARATOR not in name:
+        register_level_name(name)
         return TECHNIQUES.get(name)
     check(name)
     return _stack(tuple(name.split(SEPARATOR)))
@@ -71,6 +72,8 @@ def resolve(name: str) -> Technique:
 
 def check(name: str) -> None:
     """Raise a UsageProblem naming the valid techniques for an unknown, repeated or empty part."""
+    for part in name.split(SEPARATOR):
+        register_level_name(part.strip())
     valid = f"valid techniques: {', '.join(TECHNIQUES.names())} (join them with '+' to stack them)"
     parts = name.split(SEPARATOR)
     if any(not p.strip() for p in parts):
@@ -108,6 +111,9 @@ register_default_stack("channels_last+fp16_autocast+compile", {"cuda"})
 
 def check_techniques(names: list[str]) -> None:
     """Raise a UsageProblem for every unknown technique name, or a bad stack, in `names`."""
+    for name in names:
+        if SEPARATOR not in name:
+            register_level_name(name)
     TECHNIQUES.check([n for n in names if SEPARATOR not in n])
     for name in names:
         if SEPARATOR in name:

@@ -1,0 +1,188 @@
+"""The founding document's claims, put to the test with a run's rows: for each claim, what this
+machine measured, or "no evidence in this run". Reads result tables only (no torch)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+EDGE_SMALLER = 70.0
+"""'70% smaller': size_reduction (compressed bytes against eager fp32's) of at least this."""
+EDGE_FASTER = 1.5
+"""'50% faster': 1.5x the eager fp32 throughput, i.e. a speedup of at least 1.5."""
+WITHIN_FLOOR = ("passed",)
+"""Statuses of rows within the accuracy floor (fail_accuracy rows are outside it)."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One claim, for one model and device (or for the run)."""
+
+    claim: str
+    model: str
+    device: str
+    verdict: str
+    """holds, does not hold, unclear, or no evidence in this run"""
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str
+    text: str
+    evaluate: Callable[[pd.DataFrame], list[Finding]]
+
+
+def _num(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def _families(row: pd.Series) -> set[str]:
+    return set(str(row.get("family", "")).split("+"))
+
+
+def _speedup_text(row: pd.Series) -> str:
+    low, high = _num(row.get("speedup_ci95_low")), _num(row.get("speedup_ci95_high"))
+    interval = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+    return f"{_num(row.get('speedup')) or 0:.2f}x{interval}"
+
+
+def _accuracy_text(row: pd.Series) -> str:
+    delta = _num(row.get("top1_delta"))
+    return "accuracy not measured" if delta is None else f"top-1 {delta * 100:+.1f} points"
+
+
+def _edge_score(row: pd.Series) -> float:
+    """How close a recipe comes to both targets (1.0: meets both exactly; the weaker side counts)."""
+    size = (_num(row.get("size_reduction")) or 0) / EDGE_SMALLER
+    speed = ((_num(row.get("speedup")) or 0) - 1) / (EDGE_FASTER - 1)
+    return min(size, speed)
+
+
+def _edge_verdict(row: pd.Series) -> str:
+    size = _num(row.get("size_reduction")) or 0
+    speedup, low = _num(row.get("speedup")) or 0, _num(row.get("speedup_ci95_low"))
+    if size < EDGE_SMALLER or speedup < EDGE_FASTER:
+        return "does not hold"
+    if low is not None and low < EDGE_FASTER:
+        return "unclear"  # the point estimate meets 1.5x, its interval does not
+    return "holds"
+
+
+def _prune_quantize(frame: pd.DataFrame) -> list[Finding]:
+    name = "prune+quantize: 70% smaller, 50% faster"
+    rows = frame[(frame.get("mode") == "inference")] if "mode" in frame else frame.iloc[0:0]
+    recipes = (
+        rows[rows.apply(lambda r: {"pruning", "quantization"} <= _families(r), axis=1)] if len(rows) else rows
+    )
+    findings = []
+    for (model, device), group in recipes.groupby(["model", "device"], sort=True):
+        measured = group[group["status"].isin(WITHIN_FLOOR + ("fail_accuracy",))]
+        within = measured[measured["status"].isin(WITHIN_FLOOR)]
+        if within.empty:
+            if measured.empty:
+                reasons = "; ".join(sorted(set(group["status"].astype(str))))
+                findings.append(
+                    Finding(name, model, device, "no evidence in this run", f"recipes: {reasons}")
+                )
+            else:
+                best = measured.loc[measured.apply(_edge_score, axis=1).idxmax()]
+                findings.append(
+                    Finding(
+                        name,
+                        model,
+                        device,
+                        "does not hold",
+                        f"every recipe lost more accuracy than the floor allows; best {best['technique']}: "
+                        f"{_num(best.get('size_reduction')) or 0:.0f}% smaller, {_speedup_text(best)}, "
+                        f"{_accuracy_text(best)}",
+                    )
+                )
+            continue
+        scores = within.apply(_edge_score, axis=1)
+        meeting = within[within.apply(_edge_verdict, axis=1) == "holds"]
+        best = (
+            meeting.loc[meeting["speedup"].astype(float).idxmax()]
+            if not meeting.empty
+            else within.loc[scores.idxmax()]
+        )
+        findings.append(
+            Finding(
+                name,
+                model,
+                device,
+                _edge_verdict(best),
+                f"{best['technique']}: {_num(best.get('size_reduction')) or 0:.0f}% smaller, "
+                f"{_speedup_text(best)} faster, {_accuracy_text(best)}",
+            )
+        )
+    return findings or [Finding(name, "", "", "no evidence in this run", "no prune+quantize rows")]
+
+
+def _no_evidence_unless(family: str, mode: str, claim: str) -> Callable[[pd.DataFrame], list[Finding]]:
+    """Claims whose rows a later part of the suite produces: until a run has them, say so."""
+
+    def evaluate(frame: pd.DataFrame) -> list[Finding]:
+        has = (
+            frame[(frame["mode"] == mode) & frame["family"].astype(str).str.contains(family)]
+            if {"mode", "family"} <= set(frame.columns)
+            else frame.iloc[0:0]
+        )
+        if has.empty:
+            return [
+                Finding(claim, "", "", "no evidence in this run", f"no {mode} rows of the {family} family")
+            ]
+        return [Finding(claim, "", "", "unclear", "the run has such rows but no test for this claim yet")]
+
+    return evaluate
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "prune_quantize_edge",
+        "Pruning plus quantization made a model 70% smaller and 50% faster at inference",
+        _prune_quantize,
+    ),
+    Claim(
+        "mixed_precision_training",
+        "Mixed precision took training from days to hours",
+        _no_evidence_unless("precision", "training", "mixed precision training: much faster"),
+    ),
+    Claim(
+        "data_pipeline",
+        "A tuned data pipeline cut training time by 30%",
+        _no_evidence_unless("data", "training", "tuned data pipeline: 30% less training time"),
+    ),
+)
+
+
+def findings(frame: pd.DataFrame) -> list[tuple[Claim, list[Finding]]]:
+    return [(claim, claim.evaluate(frame)) for claim in CLAIMS]
+
+
+def claims_markdown(frame: pd.DataFrame) -> str:
+    """The claims table: one line per claim and model, with the measured numbers."""
+    lines = [
+        "# Claims, tested on this machine",
+        "",
+        f"'70% smaller' is size_reduction >= {EDGE_SMALLER:.0f}% (compressed bytes against eager fp32); "
+        f"'50% faster' is a speedup >= {EDGE_FASTER}x; 'unclear': the point estimate meets it, the 95% "
+        "interval does not. Recipes count only within the accuracy floor.",
+        "",
+        "| claim | model | device | verdict | measured |",
+        "|---|---|---|---|---|",
+    ]
+    for claim, found in findings(frame):
+        for f in found:
+            lines.append(
+                f"| {claim.text} | {f.model or '-'} | {f.device or '-'} | **{f.verdict}** | {f.evidence} |"
+            )
+    return "\n".join(lines) + "\n"

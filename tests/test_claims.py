@@ -1,0 +1,102 @@
+"""The claims table, from synthetic rows: verdicts, the recipe chosen, and the CLI."""
+
+import pandas as pd
+
+from optbench.claims import claims_markdown, findings
+from optbench.cli import EXIT_OK, EXIT_USAGE, main
+from optbench.results import COLUMN_NAMES
+
+
+def row(technique, family, size, speedup, low, high, status="passed", delta=0.0, model="m", device="cpu"):
+    return {
+        "model": model,
+        "device": device,
+        "mode": "inference",
+        "technique": technique,
+        "family": family,
+        "status": status,
+        "size_reduction": size,
+        "speedup": speedup,
+        "speedup_ci95_low": low,
+        "speedup_ci95_high": high,
+        "top1_delta": delta,
+    }
+
+
+def edge(frame):
+    return findings(pd.DataFrame(frame))[0][1]
+
+
+def test_the_best_recipe_within_the_floor_decides():
+    rows = [
+        row("eager", "baseline", 0, 1, 1, 1),
+        row("prune_channels_50+int8_static_fx", "pruning+quantization", 93.8, 10.9, 10.1, 11.5, delta=-0.006),
+        row("prune_channels_30+int8_static_fx", "pruning+quantization", 88.0, 8.0, 7.5, 8.5),
+        # Faster still, but outside the accuracy floor: never chosen.
+        row(
+            "prune_l1_90+int8_static_fx",
+            "pruning+quantization",
+            95.0,
+            12.0,
+            11.0,
+            13.0,
+            status="fail_accuracy",
+        ),
+        row("int8_static_fx", "quantization", 75.0, 6.0, 5.8, 6.2),  # no pruning: not this claim
+    ]
+    (found,) = edge(rows)
+    assert found.verdict == "holds"
+    assert found.evidence.startswith("prune_channels_50+int8_static_fx: 94% smaller, 10.90x [10.10, 11.50]")
+    assert "top-1 -0.6 points" in found.evidence
+
+
+def test_missed_targets_and_unclear_intervals():
+    (small_only,) = edge([row("prune_l1_70+int8_dynamic", "pruning+quantization", 80.0, 1.3, 1.2, 1.4)])
+    assert small_only.verdict == "does not hold" and "80% smaller, 1.30x" in small_only.evidence
+    (unclear,) = edge([row("p+q", "pruning+quantization", 75.0, 1.55, 1.4, 1.7)])
+    assert unclear.verdict == "unclear"
+
+
+def test_everything_outside_the_floor_or_absent():
+    (lost,) = edge(
+        [row("p+q", "pruning+quantization", 90.0, 3.0, 2.9, 3.1, status="fail_accuracy", delta=-0.05)]
+    )
+    assert lost.verdict == "does not hold" and "lost more accuracy than the floor allows" in lost.evidence
+    (failed,) = edge([row("p+q", "pruning+quantization", None, None, None, None, status="failed")])
+    assert failed.verdict == "no evidence in this run"
+    (none,) = edge([row("int8_dynamic", "quantization", 70.0, 2.0, 1.9, 2.1)])
+    assert none.verdict == "no evidence in this run"
+
+
+def test_one_finding_per_model_and_device():
+    rows = [
+        row("p+q", "pruning+quantization", 90.0, 3.0, 2.9, 3.1, model="a"),
+        row("p+q", "pruning+quantization", 50.0, 3.0, 2.9, 3.1, model="b"),
+    ]
+    found = edge(rows)
+    assert [(f.model, f.verdict) for f in found] == [("a", "holds"), ("b", "does not hold")]
+
+
+def test_markdown_names_every_claim_and_says_no_evidence():
+    text = claims_markdown(pd.DataFrame([row("p+q", "pruning+quantization", 90.0, 3.0, 2.9, 3.1)]))
+    assert (
+        "| Pruning plus quantization made a model 70% smaller and 50% faster at inference | m | cpu | **holds**"
+        in text
+    )
+    assert text.count("**no evidence in this run**") == 2  # mixed precision training, data pipeline
+
+
+def test_cli_prints_and_writes_claims(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    frame = pd.DataFrame([row("p+q", "pruning+quantization", 90.0, 3.0, 2.9, 3.1)]).reindex(
+        columns=COLUMN_NAMES
+    )
+    frame.to_csv(run / "results.csv", index=False)
+    assert main(["claims", str(run)]) == EXIT_OK
+    printed = capsys.readouterr().out
+    assert "**holds**" in printed
+    assert (run / "claims.md").read_text() == printed
+    assert main(["claims", str(tmp_path / "missing")]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("optbench: error: ")
