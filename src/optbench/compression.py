@@ -159,13 +159,19 @@ def code_hash() -> str:
     return file_hash(__file__)
 
 
-def finetune_samples(spec: ModelSpec, train_size: int) -> int:
+def finetune_samples(spec: ModelSpec, train_size: int, epochs: int = FINETUNE_EPOCHS) -> int:
     """How many samples (with repeats) the fine-tune after pruning trains on."""
     per_epoch = min(train_size, spec.recipe.train_samples or train_size)
-    return min(FINETUNE_EPOCHS * per_epoch, FINETUNE_MAX_SAMPLES)
+    return min(epochs * per_epoch, FINETUNE_MAX_SAMPLES)
 
 
-def fine_tune(model: nn.Module, spec: ModelSpec, ctx: Any) -> int:
+def fine_tune(
+    model: nn.Module,
+    spec: ModelSpec,
+    ctx: Any,
+    epochs: int = FINETUNE_EPOCHS,
+    lr_scale: float = FINETUNE_LR_SCALE,
+) -> int:
     """A short seeded fine-tune on the train split (finetune_samples of it, cosine-decayed from a
     fraction of the recipe's learning rate), so accuracy can recover from pruning; masks from
     torch.nn.utils.prune stay applied. Returns the samples trained on. The model is left in eval
@@ -175,13 +181,13 @@ def fine_tune(model: nn.Module, spec: ModelSpec, ctx: Any) -> int:
     recipe = spec.recipe
     x, _ = ctx.train_split()
     per_epoch = min(len(x), recipe.train_samples or len(x))
-    samples = finetune_samples(spec, len(x))
+    samples = finetune_samples(spec, len(x), epochs)
     steps_per_epoch = -(-per_epoch // recipe.batch_size)
     steps = -(-samples // recipe.batch_size)
     torch.manual_seed(ctx.seed)  # dropout
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
-        lr=recipe.lr * FINETUNE_LR_SCALE,
+        lr=recipe.lr * lr_scale,
         weight_decay=recipe.weight_decay,
     )
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)

@@ -1,5 +1,7 @@
-"""Unstructured magnitude pruning with torch.nn.utils.prune: the smallest |w| of all Linear, conv and
-attention-projection weights (global L1) zeroed, a short seeded fine-tune on the train split with
+"""Unstructured magnitude pruning with torch.nn.utils.prune: the smallest |w| of every Linear, conv,
+attention-projection and LSTM weight zeroed, the same fraction in each layer (L1 per layer; global
+L1 over all layers emptied whole small layers of EfficientNet, MobileNet and ViT and left them at
+chance accuracy), a short seeded fine-tune on the train split with
 the masks held, then made permanent. `prune_l1_50`, `_70`, `_90` are in the default matrix; any
 `prune_l1_<N>` (N from 1 to 99) can be asked for.
 
@@ -42,13 +44,13 @@ def zero_fraction(targets: list[tuple[nn.Module, str]]) -> float:
 
 class PruneL1(Technique):
     family = "pruning"
-    api = "torch.nn.utils.prune.global_unstructured (L1)"
+    api = "torch.nn.utils.prune.l1_unstructured (per layer)"
 
     def __init__(self, percent: int) -> None:
         self.percent = percent
         self.name = f"prune_l1_{percent}"  # type: ignore[misc]
         self.description = (  # type: ignore[misc]
-            f"global L1 unstructured pruning to {percent}% sparsity, fine-tuned, made permanent"
+            f"L1 unstructured pruning of every layer to {percent}% sparsity, fine-tuned, made permanent"
         )
 
     def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
@@ -58,7 +60,8 @@ class PruneL1(Technique):
 
         def prune_and_finetune() -> dict[str, torch.Tensor]:
             targets = prunable(model)
-            prune.global_unstructured(targets, pruning_method=prune.L1Unstructured, amount=amount)
+            for module, name in targets:
+                prune.l1_unstructured(module, name, amount=amount)
             if finetune:
                 fine_tune(model, ctx.spec, ctx)
             for module, name in targets:
