@@ -33,16 +33,17 @@ class Int8Dynamic(Technique):
         )
 
     def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
+        if prepared.forward is not prepared.module:
+            raise ValueError(f"{self.name} must come first in a stack, or after pruning: it replaces layers")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao warns on every call
             model = torch.ao.quantization.quantize_dynamic(
                 prepared.module, {nn.Linear, nn.LSTM}, dtype=torch.qint8
             )
         # The fused transformer path reads Linear weights as tensors: quantized ones break it.
-        forward = without_mha_fastpath(model) if prepared.forward is prepared.module else None
-        if forward is None:
-            raise ValueError(f"{self.name} must come first in a stack: it replaces the model's layers")
-        return prepared.then(self.api, forward=forward, module=model, dtype="int8 (dynamic)")
+        return prepared.then(
+            self.api, forward=without_mha_fastpath(model), module=model, dtype="int8 (dynamic)"
+        )
 
 
 class _Torchao(Technique):

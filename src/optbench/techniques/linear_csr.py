@@ -12,6 +12,7 @@ from torch import nn
 from optbench.compression import not_linear_heavy, replace_linears, without_mha_fastpath
 from optbench.modelspec import ModelSpec
 from optbench.techniques.base import Prepared, Technique, register_technique
+from optbench.techniques.context import TechniqueContext
 from optbench.techniques.stack import register_default_stack
 
 
@@ -43,7 +44,7 @@ class LinearCsr(Technique):
     def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:
         return super().supports(spec, device, mode) or not_linear_heavy(spec, self.name)
 
-    def apply(self, prepared: Prepared, ctx: object) -> Prepared:
+    def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
         if prepared.forward is not prepared.module:
             raise ValueError(f"{self.name} must come before techniques that wrap the model")
         replaced = replace_linears(prepared.module, CsrLinear)
