@@ -168,21 +168,22 @@ def findings(frame: pd.DataFrame) -> list[tuple[Claim, list[Finding]]]:
     return [(claim, claim.evaluate(frame)) for claim in CLAIMS]
 
 
-def claims_markdown(frame: pd.DataFrame) -> str:
-    """The claims table: one line per claim and model, with the measured numbers."""
-    lines = [
-        "# Claims, tested on this machine",
-        "",
-        f"'70% smaller' is size_reduction >= {EDGE_SMALLER:.0f}% (compressed bytes against eager fp32); "
-        f"'50% faster' is a speedup >= {EDGE_FASTER}x; 'unclear': the point estimate meets it, the 95% "
-        "interval does not. Recipes count only within the accuracy floor.",
-        "",
-        "| claim | model | device | verdict | measured |",
-        "|---|---|---|---|---|",
-    ]
+def claims_table(frame: pd.DataFrame) -> str:
+    """The claims as a Markdown table: one line per claim and model, with the measured numbers."""
+    lines = ["| claim | model | device | verdict | measured |", "|---|---|---|---|---|"]
     for claim, found in findings(frame):
         for f in found:
             lines.append(
                 f"| {claim.text} | {f.model or '-'} | {f.device or '-'} | **{f.verdict}** | {f.evidence} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def claims_markdown(frame: pd.DataFrame) -> str:
+    """claims.md: a heading, what the thresholds mean, then the table."""
+    preamble = (
+        f"'70% smaller' is size_reduction >= {EDGE_SMALLER:.0f}% (compressed bytes against eager fp32); "
+        f"'50% faster' is a speedup >= {EDGE_FASTER}x; 'unclear': the point estimate meets it, the 95% "
+        "interval does not. Recipes count only within the accuracy floor."
+    )
+    return f"# Claims, tested on this machine\n\n{preamble}\n\n{claims_table(frame)}"

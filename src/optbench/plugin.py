@@ -291,14 +291,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from optbench.summary import run_summary
 
     terminalreporter.write_sep("=", "optbench: speedup vs eager fp32 (median latency ms)")
-    terminalreporter.write_line(run_summary(pd.DataFrame(run.rows)))
+    frame = pd.DataFrame(run.rows)
+    terminalreporter.write_line(run_summary(frame))
     terminalreporter.write_line("")
-    from optbench.claims import claims_markdown
+    from optbench.claims import claims_markdown, claims_table
 
-    claims = claims_markdown(pd.DataFrame(run.rows))
-    (state["run_dir"] / "claims.md").write_text(claims, encoding="utf-8")
+    (state["run_dir"] / "claims.md").write_text(claims_markdown(frame), encoding="utf-8")
     terminalreporter.write_line("")
-    terminalreporter.write_line("\n".join(claims.splitlines()[4:]))  # the table, without the preamble
+    terminalreporter.write_line(claims_table(frame).rstrip("\n"))
     terminalreporter.write_line("")
     terminalreporter.write_line(f"full table: {state['run_dir'] / 'results.csv'}  ({len(run.rows)} rows)")
     terminalreporter.write_line(f"claims: {state['run_dir'] / 'claims.md'}")

@@ -45,6 +45,12 @@ class Prepared:
     columns: Mapping[str, Any] = field(default_factory=dict)
     """Row columns the technique reports about itself (sparsity reached, calibration samples ...)."""
 
+    def require_bare(self, technique: str, why: str) -> None:
+        """Raise unless `forward` is still the module itself: a technique that rewrites or replaces
+        the module's layers must come before any technique that wraps its call."""
+        if self.forward is not self.module:
+            raise ValueError(f"{technique} must come before techniques that wrap the model: {why}")
+
     @classmethod
     def eager(cls, model: nn.Module, inputs: tuple[Any, ...]) -> Prepared:
         """The starting point: the model as built, called on its example inputs."""
@@ -132,12 +138,22 @@ def register_technique(cls: type[Technique]) -> type[Technique]:
     return cls
 
 
+class LevelTechnique(Technique):
+    """A technique that takes a whole-number percent in its name (`prune_l1_70`: 70% sparsity)."""
+
+    prefix: ClassVar[str]
+    describe: ClassVar[str]
+    """The description, with {percent} in it."""
+
+    def __init__(self, percent: int) -> None:
+        self.percent = percent
+        self.name = f"{self.prefix}_{percent}"  # type: ignore[misc]
+        self.description = self.describe.format(percent=percent)  # type: ignore[misc]
+
+
 @dataclass(frozen=True)
 class Levels:
-    """A technique that takes a whole-number level in its name (`prune_l1_70`: 70% sparsity)."""
-
-    prefix: str
-    make: Callable[[int], Technique]
+    cls: type[LevelTechnique]
     low: int
     high: int
     meaning: str
@@ -147,23 +163,18 @@ LEVELS: dict[str, Levels] = {}
 
 
 def register_levels(
-    prefix: str,
-    make: Callable[[int], Technique],
-    defaults: tuple[int, ...],
-    low: int,
-    high: int,
-    meaning: str,
+    cls: type[LevelTechnique], defaults: tuple[int, ...], low: int, high: int, meaning: str
 ) -> None:
     """Register `<prefix>_<N>` techniques: the default levels now (they join the default matrix),
     any other N in [low, high] when a user names it (`--techniques prune_l1_80`)."""
-    LEVELS[prefix] = Levels(prefix, make, low, high, meaning)
+    LEVELS[cls.prefix] = Levels(cls, low, high, meaning)
     for level in defaults:
-        _add_level(LEVELS[prefix], level)
+        _add_level(LEVELS[cls.prefix], level)
 
 
 def _add_level(levels: Levels, level: int) -> None:
-    tech = levels.make(level)
-    TECHNIQUES.add(tech.name, tech, origin=inspect.getfile(type(tech)))
+    tech = levels.cls(level)
+    TECHNIQUES.add(tech.name, tech, origin=inspect.getfile(levels.cls))
 
 
 def register_level_name(name: str) -> None:

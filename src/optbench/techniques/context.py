@@ -53,9 +53,14 @@ class TechniqueContext:
         """True when every cached step came from the cache, False when any was computed, None if none."""
         return all(self.cache_log) if self.cache_log else None
 
+    @property
+    def has_train_split(self) -> bool:
+        """Whether the weights come with a task that has training data (not --weights random)."""
+        return self.task is not None and len(self.task.train_y) > 0
+
     def train_split(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The task's train inputs and labels (CPU tensors at the task's input shape)."""
-        if self.task is None or len(self.task.train_y) == 0:
+        if not self.has_train_split:
             raise UsageProblem(
                 f"{self.technique or 'this technique'} needs the task's train split: "
                 "run with --weights trained (the default), or give --data-dir DIR/train/..."
@@ -79,7 +84,7 @@ class TechniqueContext:
         the activation ranges a quantizer observes are those of the shape it will run at. Weights
         with no task (--weights random) calibrate on seeded random inputs: speed only."""
         samples = samples or self.calibration_samples
-        if self.task is None or len(self.task.train_y) == 0:
+        if not self.has_train_split:
             gen = torch.Generator().manual_seed(self.seed)
             for i in range(0, samples, self.batch_size):
                 (x,) = self.spec.example_inputs(min(self.batch_size, samples - i), gen)[:1]

@@ -33,8 +33,7 @@ class Int8Dynamic(Technique):
         )
 
     def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
-        if prepared.forward is not prepared.module:
-            raise ValueError(f"{self.name} must come first in a stack, or after pruning: it replaces layers")
+        prepared.require_bare(self.name, "it replaces the Linear and LSTM layers")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao warns on every call
             model = torch.ao.quantization.quantize_dynamic(
@@ -63,8 +62,7 @@ class _Torchao(Technique):
         import torchao
         import torchao.quantization as tq
 
-        if prepared.forward is not prepared.module:
-            raise ValueError(f"{self.name} must come before compile in a stack: it swaps weights in place")
+        prepared.require_bare(self.name, "it swaps the Linear weights in place")
         tq.quantize_(prepared.module, getattr(tq, self.config_name)())
         forward = without_mha_fastpath(prepared.module)
         api = f"torchao {torchao.__version__} quantize_({self.config_name})"

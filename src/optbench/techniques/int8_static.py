@@ -35,12 +35,6 @@ class _Static(Technique):
     def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:
         return super().supports(spec, device, mode) or not_convolutional(spec, self.name)
 
-    def _first(self, prepared: Prepared) -> None:
-        if prepared.forward is not prepared.module:
-            raise ValueError(
-                f"{self.name} must come first in a stack, or after pruning: it rewrites the model"
-            )
-
 
 @register_technique
 class Int8StaticFx(_Static):
@@ -52,7 +46,7 @@ class Int8StaticFx(_Static):
         from torch.ao.quantization import get_default_qconfig_mapping
         from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
-        self._first(prepared)
+        prepared.require_bare(self.name, "it rewrites the model into a quantized graph")
         check_traceable(prepared.module, "FX graph mode quantization")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -91,7 +85,7 @@ class Int8StaticPt2e(_Static):
             get_default_x86_inductor_quantization_config,
         )
 
-        self._first(prepared)
+        prepared.require_bare(self.name, "it rewrites the model into a quantized graph")
         # Everything under no_grad: inductor's freezing (below) only folds weights into constants
         # that autograd does not track.
         with torch.no_grad():

@@ -45,8 +45,7 @@ class LinearCsr(Technique):
         return super().supports(spec, device, mode) or not_linear_heavy(spec, self.name)
 
     def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
-        if prepared.forward is not prepared.module:
-            raise ValueError(f"{self.name} must come before techniques that wrap the model")
+        prepared.require_bare(self.name, "it replaces the Linear layers")
         replaced = replace_linears(prepared.module, CsrLinear)
         return prepared.then(
             self.api,

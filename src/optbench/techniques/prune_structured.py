@@ -13,7 +13,7 @@ from torch import nn
 from optbench.compression import code_hash, fine_tune, finetune_samples, missing, not_convolutional
 from optbench.cost import count_flops
 from optbench.modelspec import ModelSpec
-from optbench.techniques.base import Prepared, Technique, register_levels
+from optbench.techniques.base import LevelTechnique, Prepared, register_levels
 from optbench.techniques.context import TechniqueContext
 from optbench.techniques.stack import register_default_stack
 
@@ -28,16 +28,11 @@ def _classifier(model: nn.Module) -> list[nn.Module]:
     return linears[-1:]
 
 
-class PruneChannels(Technique):
+class PruneChannels(LevelTechnique):
+    prefix = "prune_channels"
     family = "pruning"
     api = "torch_pruning.MetaPruner (L1 magnitude)"
-
-    def __init__(self, percent: int) -> None:
-        self.percent = percent
-        self.name = f"prune_channels_{percent}"  # type: ignore[misc]
-        self.description = (  # type: ignore[misc]
-            f"remove {percent}% of each layer's channels (torch-pruning, L1), fine-tuned"
-        )
+    describe = "remove {percent}% of each layer's channels (torch-pruning, L1), fine-tuned"
 
     def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:
         return (
@@ -50,8 +45,7 @@ class PruneChannels(Technique):
         import torch_pruning as tp
 
         model = prepared.module
-        if prepared.forward is not model:
-            raise ValueError(f"{self.name} must come first in a stack: it rebuilds the layers")
+        prepared.require_bare(self.name, "it rebuilds the layers")
         before = sum(p.numel() for p in model.parameters())
         pruner = tp.pruner.MetaPruner(
             model,
@@ -62,7 +56,7 @@ class PruneChannels(Technique):
         )
         pruner.step()
         after = sum(p.numel() for p in model.parameters())
-        finetuned = ctx.task is not None and len(ctx.task.train_y) > 0
+        finetuned = ctx.has_train_split
 
         def finetune() -> dict:
             fine_tune(model, ctx.spec, ctx, epochs=FINETUNE_EPOCHS, lr_scale=1.0)
@@ -81,9 +75,9 @@ class PruneChannels(Technique):
         model.eval()
         columns = {
             "sparsity": 1 - after / before,  # of the parameters, removed outright
-            "finetune_samples": finetune_samples(ctx.spec, len(ctx.task.train_y), FINETUNE_EPOCHS)
-            if finetuned and ctx.task
-            else 0,
+            "finetune_samples": (
+                finetune_samples(ctx.spec, len(ctx.train_split()[1]), FINETUNE_EPOCHS) if finetuned else 0
+            ),
         }
         # Fewer channels, less work: FLOPs (and so pct_of_peak) are those of the pruned network.
         flops = count_flops(model, prepared.inputs) // len(prepared.inputs[0])
@@ -92,7 +86,7 @@ class PruneChannels(Technique):
         )
 
 
-register_levels("prune_channels", PruneChannels, (30, 50), 1, 90, "percent of channels removed")
+register_levels(PruneChannels, (30, 50), 1, 90, "percent of channels removed")
 # The founding document's edge recipe for CNNs: remove channels, then int8 static.
 register_default_stack("prune_channels_50+int8_static_fx", {"cpu"})
 register_default_stack("prune_channels_30+int8_static_fx", {"cpu"})

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.utils import prune
 
 from optbench.compression import accepts_task_inputs, code_hash, fine_tune, finetune_samples
-from optbench.techniques.base import Prepared, Technique, register_levels
+from optbench.techniques.base import LevelTechnique, Prepared, register_levels
 from optbench.techniques.context import TechniqueContext
 from optbench.techniques.stack import register_default_stack
 
@@ -42,21 +42,16 @@ def zero_fraction(targets: list[tuple[nn.Module, str]]) -> float:
     return zeros / total if total else 0.0
 
 
-class PruneL1(Technique):
+class PruneL1(LevelTechnique):
+    prefix = "prune_l1"
     family = "pruning"
     api = "torch.nn.utils.prune.l1_unstructured (per layer)"
-
-    def __init__(self, percent: int) -> None:
-        self.percent = percent
-        self.name = f"prune_l1_{percent}"  # type: ignore[misc]
-        self.description = (  # type: ignore[misc]
-            f"L1 unstructured pruning of every layer to {percent}% sparsity, fine-tuned, made permanent"
-        )
+    describe = "L1 unstructured pruning of every layer to {percent}% sparsity, fine-tuned, made permanent"
 
     def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
         model = prepared.module
         amount = self.percent / 100
-        finetune = accepts_task_inputs(ctx.spec) and ctx.task is not None and len(ctx.task.train_y) > 0
+        finetune = accepts_task_inputs(ctx.spec) and ctx.has_train_split
 
         def prune_and_finetune() -> dict[str, torch.Tensor]:
             targets = prunable(model)
@@ -81,13 +76,11 @@ class PruneL1(Technique):
         model.eval()
         columns = {
             "sparsity": zero_fraction(prunable(model)),
-            "finetune_samples": finetune_samples(ctx.spec, len(ctx.task.train_y))
-            if finetune and ctx.task
-            else 0,
+            "finetune_samples": finetune_samples(ctx.spec, len(ctx.train_split()[1])) if finetune else 0,
         }
         return prepared.then(self.api, dtype=f"{prepared.dtype} ({self.percent}% sparse)", columns=columns)
 
 
-register_levels("prune_l1", PruneL1, (50, 70, 90), 1, 99, "percent of weights zeroed")
+register_levels(PruneL1, (50, 70, 90), 1, 99, "percent of weights zeroed")
 # The edge recipe for Linear-heavy models: prune, then int8 dynamic.
 register_default_stack("prune_l1_70+int8_dynamic", {"cpu"})

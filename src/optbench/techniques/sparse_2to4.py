@@ -59,8 +59,7 @@ class Sparse2to4(Technique):
         return None
 
     def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
-        if prepared.forward is not prepared.module:
-            raise ValueError(f"{self.name} must come first in a stack: it replaces the model's weights")
+        prepared.require_bare(self.name, "it replaces the Linear weights")
         model = prepared.module.half()
         replace_linears(model, _semi_structured)
 
