@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from optbench.devices import unavailable_reason
 from optbench.modelspec import MODELS, ModelSpec
@@ -65,6 +65,21 @@ class Selection:
     profile: str
     weights: str = "trained"
     """random, trained or pretrained: models without such weights become skipped cases."""
+    models_given: bool = False
+    """True when the user named the models (a benchmark test's own default models then give way)."""
+
+    def for_test(self, models: tuple[str, ...] | None, batch_sizes: object) -> Selection:
+        """This selection as a benchmark test narrows it when the user did not choose: its `models`
+        (those registered), its `batch_sizes` (a tuple, or a dict per profile)."""
+        changes: dict[str, object] = {}
+        known = [m for m in models or () if m in MODELS]
+        if known and not self.models_given:
+            changes["models"] = known
+        if isinstance(batch_sizes, dict):
+            batch_sizes = batch_sizes.get(self.profile) or batch_sizes.get("default")
+        if batch_sizes and self.batch_sizes is None:
+            changes["batch_sizes"] = list(batch_sizes)  # type: ignore[call-overload]
+        return replace(self, **changes) if changes else self  # type: ignore[arg-type]
 
 
 def build_matrix(selection: Selection, mode: str) -> list[Case]:
@@ -72,7 +87,9 @@ def build_matrix(selection: Selection, mode: str) -> list[Case]:
     close in time. Unsupported cases stay in, with the reason they will be skipped."""
 
     def techniques_on(device: str) -> list[str]:
-        chosen = selection.techniques if selection.techniques is not None else default_techniques(device)
+        chosen = (
+            selection.techniques if selection.techniques is not None else default_techniques(device, mode)
+        )
         return [t for t in chosen if t == BASELINE] + [t for t in chosen if t != BASELINE]
 
     from optbench.weights import WeightsProvider

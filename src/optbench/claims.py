@@ -127,22 +127,108 @@ def _prune_quantize(frame: pd.DataFrame) -> list[Finding]:
     return findings or [Finding(name, "", "", "no evidence in this run", "no prune+quantize rows")]
 
 
-def _no_evidence_unless(family: str, mode: str, claim: str) -> Callable[[pd.DataFrame], list[Finding]]:
-    """Claims whose rows a later part of the suite produces: until a run has them, say so."""
+def _at_least(row: pd.Series, target: float) -> str:
+    """holds when the speedup and its whole 95% interval reach `target`; unclear when only the point
+    estimate does."""
+    speedup, low = _num(row.get("speedup")) or 0, _num(row.get("speedup_ci95_low"))
+    if speedup < target:
+        return "does not hold"
+    return "unclear" if low is not None and low < target else "holds"
 
-    def evaluate(frame: pd.DataFrame) -> list[Finding]:
-        has = (
-            frame[(frame["mode"] == mode) & frame["family"].astype(str).str.contains(family)]
-            if {"mode", "family"} <= set(frame.columns)
-            else frame.iloc[0:0]
+
+def _best_per_group(
+    frame: pd.DataFrame, mode: str, keep: Callable[[pd.Series], bool], what: str
+) -> list[tuple[Any, pd.Series | None, str]]:
+    """Per model, device and batch: the fastest passed row of `mode` that `keep` accepts (None, and
+    the statuses found, when none passed)."""
+    rows = frame[frame["mode"] == mode] if "mode" in frame else frame.iloc[0:0]
+    rows = rows[rows["technique"] != "eager"]
+    rows = rows[rows.apply(keep, axis=1)] if len(rows) else rows
+    out: list[tuple[Any, pd.Series | None, str]] = []
+    for key, group in rows.groupby(["model", "device", "batch_size"], sort=True):
+        passed = group[group["status"] == "passed"]
+        passed = passed[passed["speedup"].notna()] if "speedup" in passed else passed.iloc[0:0]
+        if passed.empty:
+            statuses = "; ".join(sorted(set(group["status"].astype(str))))
+            out.append((key, None, f"no {what} row passed ({statuses})"))
+        else:
+            out.append((key, passed.loc[passed["speedup"].astype(float).idxmax()], ""))
+    return out
+
+
+MIXED_FASTER = 2.0
+"""'Much faster' ('days to hours'): at least 2x the fp32 training throughput. Days to hours literally
+is 8x or more; the table shows the measured number either way."""
+PIPELINE_CUT = 0.30
+"""'Cut training time by 30%': an epoch of the loader feeding training steps takes at most 70% of the
+plain loader's (num_workers=0), i.e. a speedup of at least 1 / 0.7."""
+
+
+def _mixed_precision(frame: pd.DataFrame) -> list[Finding]:
+    name = "mixed precision training: much faster"
+    found = []
+    for (model, device, batch), best, missing in _best_per_group(
+        frame, "training", lambda r: "precision" in _families(r), "mixed-precision training"
+    ):
+        if best is None:
+            found.append(Finding(name, model, device, "no evidence in this run", f"bs{batch}: {missing}"))
+            continue
+        converged = _num(best.get("converge_top1"))
+        learned = f", short-training top-1 {converged:.3f}" if converged is not None else ""
+        found.append(
+            Finding(
+                name,
+                model,
+                device,
+                _at_least(best, MIXED_FASTER),
+                f"bs{batch} {best['technique']}: {_speedup_text(best)} the fp32 training step{learned}",
+            )
         )
-        if has.empty:
-            return [
-                Finding(claim, "", "", "no evidence in this run", f"no {mode} rows of the {family} family")
-            ]
-        return [Finding(claim, "", "", "unclear", "the run has such rows but no test for this claim yet")]
+    return found or [Finding(name, "", "", "no evidence in this run", "no mixed-precision training rows")]
 
-    return evaluate
+
+def _same_training_data(row: pd.Series) -> bool:
+    """A tuning of the pipeline, not of what it feeds: settings that drop augmentation or shuffling
+    change the training itself and are not candidates for 'the tuned pipeline'."""
+    return "data" in _families(row) and not (_is_false(row.get("augment")) or _is_false(row.get("shuffle")))
+
+
+def _is_false(value: Any) -> bool:
+    return value is not None and not pd.isna(value) and not bool(value)
+
+
+def _data_pipeline(frame: pd.DataFrame) -> list[Finding]:
+    name = "tuned data pipeline: 30% less training time"
+    found = []
+    for (model, device, batch), best, missing in _best_per_group(
+        frame, "data", _same_training_data, "data-pipeline"
+    ):
+        if best is None:
+            found.append(Finding(name, model, device, "no evidence in this run", f"bs{batch}: {missing}"))
+            continue
+        cut = 1 - 1 / (_num(best.get("speedup")) or 1)
+        change = f"{abs(cut) * 100:.0f}% {'less' if cut >= 0 else 'more'} time per epoch"
+        plain = frame[
+            (frame["mode"] == "data")
+            & (frame["technique"] == "eager")
+            & (frame["model"] == model)
+            & (frame["device"] == device)
+            & (frame["batch_size"] == batch)
+        ]
+        alone = _num(best.get("loader_samples_per_s"))
+        base_alone = _num(plain["loader_samples_per_s"].iloc[0]) if len(plain) else None
+        loader = f"; the loader alone {alone / base_alone:.2f}x" if alone and base_alone else ""
+        found.append(
+            Finding(
+                name,
+                model,
+                device,
+                _at_least(best, 1 / (1 - PIPELINE_CUT)),
+                f"bs{batch} best {best['technique']}: {_speedup_text(best)} the num_workers=0 loader "
+                f"feeding training, {change}{loader}",
+            )
+        )
+    return found or [Finding(name, "", "", "no evidence in this run", "no data-pipeline rows")]
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -154,12 +240,12 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         "mixed_precision_training",
         "Mixed precision took training from days to hours",
-        _no_evidence_unless("precision", "training", "mixed precision training: much faster"),
+        _mixed_precision,
     ),
     Claim(
         "data_pipeline",
         "A tuned data pipeline cut training time by 30%",
-        _no_evidence_unless("data", "training", "tuned data pipeline: 30% less training time"),
+        _data_pipeline,
     ),
 )
 
@@ -184,6 +270,10 @@ def claims_markdown(frame: pd.DataFrame) -> str:
     preamble = (
         f"'70% smaller' is size_reduction >= {EDGE_SMALLER:.0f}% (compressed bytes against eager fp32); "
         f"'50% faster' is a speedup >= {EDGE_FASTER}x; 'unclear': the point estimate meets it, the 95% "
-        "interval does not. Recipes count only within the accuracy floor."
+        "interval does not. Recipes count only within the accuracy floor. Mixed precision 'much faster' "
+        f"is a training-step speedup >= {MIXED_FASTER}x over fp32 (the best precision technique or stack "
+        "per model; diverged runs do not count); 'days to hours' literally would be 8x or more. A tuned "
+        f"pipeline's '30% less training time' is the best data setting's epoch >= {PIPELINE_CUT * 100:.0f}% "
+        "shorter than the num_workers=0 loader's, a speedup >= 1.43x."
     )
     return f"# Claims, tested on this machine\n\n{preamble}\n\n{claims_table(frame)}"

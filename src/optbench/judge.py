@@ -9,7 +9,7 @@ import torch
 
 from optbench import accuracy
 
-ACCURACY_STATUSES = ("fail_accuracy", "nan_output", "nondeterministic_baseline")
+ACCURACY_STATUSES = ("fail_accuracy", "nan_output", "nondeterministic_baseline", "diverged")
 """Statuses about the numbers a model computes; `--record-accuracy-only` keeps them from failing."""
 
 

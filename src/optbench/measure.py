@@ -3,11 +3,12 @@ rounds, costs, and the held-out logits of the very object that was timed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -18,6 +19,7 @@ from optbench.devices import synchronize
 from optbench.memory import PeakMemory
 from optbench.modelspec import ModelSpec
 from optbench.techniques import Prepared, Technique, TechniqueContext
+from optbench.techniques.base import TRAINING
 from optbench.timing import TimingPolicy, latency_stats, plan_rounds, warm_up
 from optbench.weights import ModelWeights
 
@@ -51,7 +53,10 @@ class Setup:
     timing: TimingPolicy
     timing_shape: str = "deploy"
     eval_limit: int | None = None
-    flops: dict[tuple[str, str, int, str], int] = field(default_factory=dict)
+    flops: dict[tuple[str, str, int, str, str], int] = field(default_factory=dict)
+    flops_source: dict[tuple[str, str, int, str, str], str] = field(default_factory=dict)
+    converge_steps: int = 0
+    """Training mode: optimizer steps of the short seeded training per case (0: none)."""
     context: Callable[..., TechniqueContext] = TechniqueContext
     """Makes the technique context (the run binds the cache folder and progress bars into it)."""
 
@@ -90,6 +95,7 @@ def _apply(
         task=weights.task,
         seed=SEED,
         weights_key=weights.key,
+        mode=case.mode,
     ).for_technique(tech.name, tech.code_hash())
     return tech.apply(Prepared.eager(model, inputs), ctx), ctx
 
@@ -108,26 +114,77 @@ def evaluate(prepared: Prepared, x: torch.Tensor, batch_size: int, device: torch
     return torch.cat(outs)
 
 
-def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) -> Measurement:
+@dataclass
+class Timed:
+    """A prepared case after its timed rounds: what the row's speed and cost columns come from."""
+
+    prepared: Prepared
+    ctx: TechniqueContext
+    spec: ModelSpec
+    """The spec at the timed input shape."""
+    samples: list[float]
+    pilot: list[float]
+    first_call_s: float
+    prepare_s: float
+    graphs: int
+    nonfinite: bool
+    memory: PeakMemory
+    params: int
+    nonzero: int
+    size: int
+    compressed: int
+    flops_per_sample: float | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) -> Timed:
+    """Build, prepare, call once (part of preparation), warm up and time the case. Inference times
+    forward calls in inference mode; training times optimizer steps on a copy of the weights."""
     tech, device, policy = case.tech, torch.device(case.device), setup.timing
+    training = case.mode == TRAINING
     timed = weights.spec.at_shape(setup.timing_shape)
+    extra: dict[str, Any] = {}
     with PeakMemory(device) as memory:
+        # weights.build makes a new module from the state dict: training never touches the checkpoint.
         model, inputs = _build(weights, timed, case.batch_size, device)
-        flops_key = (case.model, case.device, case.batch_size, timed.input_shape)
+        gen = torch.Generator().manual_seed(SEED)
+        targets = torch.randint(timed.num_classes, (case.batch_size,), generator=gen).to(device)
+        flops_key = (case.model, case.device, case.batch_size, timed.input_shape, case.mode)
         if flops_key not in setup.flops:
             # Counted once, on the model before any technique: the work it does, whatever runs it.
-            setup.flops[flops_key] = cost.count_flops(model, inputs)
+            if training:
+                setup.flops[flops_key], setup.flops_source[flops_key] = cost.count_training_flops(
+                    model, inputs, targets
+                )
+            else:
+                setup.flops[flops_key] = cost.count_flops(model, inputs)
+        if training:
+            extra["flops_counted"] = setup.flops_source.get(flops_key)
         graphs_before = _dynamo_graphs()
         started = time.perf_counter()
         prepared, ctx = _apply(tech, model, inputs, weights, timed, case, setup, case.batch_size)
-        forward, args = prepared.forward, prepared.inputs
+        args = prepared.inputs
+        if training:
+            from optbench.train_step import train_step
 
-        def call() -> object:
-            out = forward(*args)
-            synchronize(device)  # pytest-benchmark's timer does not wait for the GPU
-            return out
+            step = train_step(prepared, device, lr=timed.recipe.lr)
 
-        with torch.inference_mode():
+            def call() -> object:
+                loss = step(args, targets)
+                synchronize(device)
+                return loss
+
+            mode: Any = contextlib.nullcontext()
+        else:
+            forward = prepared.forward
+
+            def call() -> object:
+                out = forward(*args)
+                synchronize(device)  # pytest-benchmark's timer does not wait for the GPU
+                return out
+
+            mode = torch.inference_mode()
+        with mode:
             t1 = time.perf_counter()
             first_out = call()
             first_call = time.perf_counter() - t1
@@ -139,63 +196,80 @@ def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeF
         memory.read()
         params, nonzero = cost.parameter_counts(prepared.module)
         size, compressed = cost.model_sizes(prepared.module)
-        measurement = Measurement(columns={}, samples_ms=[s * 1e3 for s in samples], nonfinite=nonfinite)
-        per_shape = None
-        at_eval = weights.eval_spec
-        if weights.task is not None and at_eval is not None:
-            new_shape = at_eval.input_shape != timed.input_shape
-            per_shape = new_shape and (timed.shape_tied or tech.shape_specific)
-            eval_batch = max(case.batch_size, EVAL_BATCH) if new_shape else case.batch_size
-            t2 = time.perf_counter()
-            to_eval = prepared
-            if per_shape:
-                # A prepared object tied to its shape cannot run the held-out split: prepare another
-                # from the same weights, through the same technique, at the evaluation shape.
-                eval_model, eval_inputs = _build(weights, at_eval, eval_batch, device)
-                to_eval = _apply(tech, eval_model, eval_inputs, weights, at_eval, case, setup, eval_batch)[0]
-            x, _ = weights.eval_set(setup.eval_limit)
-            with torch.inference_mode():
-                measurement.logits = evaluate(to_eval, x, eval_batch, device)
-                if case.technique == "eager":
-                    # Determinism of fp32 itself: a second pass over a few batches is enough to see it.
-                    first = x[: 4 * eval_batch]
-                    measurement.logits_again = evaluate(to_eval, first, eval_batch, device)
-            measurement.columns["eval_s"] = time.perf_counter() - t2
-            measurement.columns["eval_samples"] = len(measurement.logits)
-            measurement.columns["eval_batch_size"] = eval_batch
+    flops = prepared.flops_per_sample if not training else None
+    flops = flops or setup.flops[flops_key] / case.batch_size
+    return Timed(
+        prepared, ctx, timed, samples, pilot, first_call, prepare_s, graphs, nonfinite, memory,
+        params, nonzero, size, compressed, flops, extra,
+    )  # fmt: skip
 
-    stats = latency_stats(samples, policy)
-    median_s = stats["latency_ms_median"] / 1e3
-    flops = prepared.flops_per_sample or setup.flops[flops_key] / case.batch_size
-    throughput = case.batch_size / median_s
-    measurement.columns.update(
-        {
-            **stats,
-            # The weights decide the timed shape (pretrained weights: their own crop size).
-            "input_shape": timed.input_shape,
-            "resolution": timed.resolution,
-            "seq_len": timed.seq_len,
-            "dtype": prepared.dtype,
-            "api": prepared.api or tech.api,
-            "warmup_rounds": len(pilot) + 1,
-            "throughput": throughput,
-            "prepare_s": prepare_s,
-            "prepare_cached": ctx.from_cache,
-            "compiled_graphs": graphs,
-            "first_call_ms": first_call * 1e3,
-            "prepared_per_shape": per_shape,
-            "peak_mem_mb": memory.peak_mb,
-            "peak_mem_delta_mb": memory.delta_mb,
-            "mem_source": memory.source,
-            "params": params,
-            "nonzero_params": nonzero,
-            "size_bytes": size,
-            "size_compressed_bytes": compressed,
-            "flops_per_sample": int(flops) if flops else None,
-            "gflops_per_s": flops * throughput / 1e9 if flops else None,
-        }
+
+def timed_columns(case: Case, timed: Timed, policy: TimingPolicy) -> dict[str, Any]:
+    """Speed and cost columns of a timed case (its per-call latency is per step in training)."""
+    stats = latency_stats(timed.samples, policy)
+    throughput = case.batch_size / (stats["latency_ms_median"] / 1e3)
+    prepared, memory, flops = timed.prepared, timed.memory, timed.flops_per_sample
+    columns = {
+        **stats,
+        # The weights decide the timed shape (pretrained weights: their own crop size).
+        "input_shape": timed.spec.input_shape,
+        "resolution": timed.spec.resolution,
+        "seq_len": timed.spec.seq_len,
+        "dtype": prepared.dtype,
+        "api": prepared.api or case.tech.api,
+        "warmup_rounds": len(timed.pilot) + 1,
+        "throughput": throughput,
+        "prepare_s": timed.prepare_s,
+        "prepare_cached": timed.ctx.from_cache,
+        "compiled_graphs": timed.graphs,
+        "first_call_ms": timed.first_call_s * 1e3,
+        "peak_mem_mb": memory.peak_mb,
+        "peak_mem_delta_mb": memory.delta_mb,
+        "mem_source": memory.source,
+        "params": timed.params,
+        "nonzero_params": timed.nonzero,
+        "size_bytes": timed.size,
+        "size_compressed_bytes": timed.compressed,
+        "flops_per_sample": int(flops) if flops else None,
+        "gflops_per_s": flops * throughput / 1e9 if flops else None,
+    }
+    notes = dict(prepared.columns)
+    notes.update({k: v for k, v in timed.extra.items() if v is not None})
+    columns.update(technique_columns(replace(prepared, columns=notes), timed.params, timed.nonzero))
+    return columns
+
+
+def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) -> Measurement:
+    timed = time_case(case, weights, setup, time_fn)
+    prepared, tech, device = timed.prepared, case.tech, torch.device(case.device)
+    measurement = Measurement(
+        columns={}, samples_ms=[s * 1e3 for s in timed.samples], nonfinite=timed.nonfinite
     )
-    measurement.columns.update(technique_columns(prepared, params, nonzero))
+    per_shape = None
+    at_eval = weights.eval_spec
+    if weights.task is not None and at_eval is not None:
+        new_shape = at_eval.input_shape != timed.spec.input_shape
+        per_shape = new_shape and (timed.spec.shape_tied or tech.shape_specific)
+        eval_batch = max(case.batch_size, EVAL_BATCH) if new_shape else case.batch_size
+        t2 = time.perf_counter()
+        to_eval = prepared
+        if per_shape:
+            # A prepared object tied to its shape cannot run the held-out split: prepare another
+            # from the same weights, through the same technique, at the evaluation shape.
+            eval_model, eval_inputs = _build(weights, at_eval, eval_batch, device)
+            to_eval = _apply(tech, eval_model, eval_inputs, weights, at_eval, case, setup, eval_batch)[0]
+        x, _ = weights.eval_set(setup.eval_limit)
+        with torch.inference_mode():
+            measurement.logits = evaluate(to_eval, x, eval_batch, device)
+            if case.technique == "eager":
+                # Determinism of fp32 itself: a second pass over a few batches is enough to see it.
+                first = x[: 4 * eval_batch]
+                measurement.logits_again = evaluate(to_eval, first, eval_batch, device)
+        measurement.columns["eval_s"] = time.perf_counter() - t2
+        measurement.columns["eval_samples"] = len(measurement.logits)
+        measurement.columns["eval_batch_size"] = eval_batch
+    measurement.columns.update(timed_columns(case, timed, setup.timing))
+    measurement.columns["prepared_per_shape"] = per_shape
     return measurement
 
 

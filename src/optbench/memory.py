@@ -20,6 +20,20 @@ def _status_kb(field: str) -> int | None:
     return None
 
 
+def _return_free_memory() -> None:
+    """Hand memory that earlier cases freed back to the OS (glibc keeps it in its heap otherwise), so
+    this case's RSS high-water mark counts what it allocates, not what it reused: without it the
+    first case of a group looked several times hungrier than the ones after it."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: the mark is coarser, not wrong
+
+
 def _reset_rss_peak() -> bool:
     # Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0), which gives a
     # per-case high-water mark without a sampling thread.
@@ -46,7 +60,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._start_mb = torch.cuda.memory_allocated(self.device) / 2**20
             self.source = "cuda_max_allocated"
-        elif _reset_rss_peak():
+        elif _return_free_memory() is None and _reset_rss_peak():
             rss = _status_kb("VmRSS")
             self._start_mb = rss / 1024 if rss is not None else None
             self.source = "cpu_rss_peak"

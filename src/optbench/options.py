@@ -110,6 +110,35 @@ def add_options(parser: pytest.Parser) -> None:
         f"{CALIBRATION_RANGE[1]} (default {CALIBRATION_DEFAULT}; capped at the train split's size)",
     )
     group.addoption(
+        "--converge-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="training cases: optimizer steps of the short seeded training that fills the convergence "
+        "columns, 0 for none (default: the profile's)",
+    )
+    group.addoption(
+        "--pipeline-data",
+        default=None,
+        metavar="DIR",
+        help="data-pipeline cases read your ImageFolder tree DIR/<class>/<image> instead of the "
+        "generated JPEGs",
+    )
+    group.addoption(
+        "--pipeline-images",
+        type=int,
+        default=None,
+        metavar="N",
+        help="JPEGs in the generated data-pipeline dataset (default: the profile's)",
+    )
+    group.addoption(
+        "--pipeline-crop",
+        type=int,
+        default=PIPELINE_CROP,
+        metavar="PIXELS",
+        help=f"side of the training crop the data pipeline produces (default {PIPELINE_CROP})",
+    )
+    group.addoption(
         "--record-accuracy-only",
         action="store_true",
         help="record fail_accuracy, nan_output and nondeterministic_baseline without failing the test",
@@ -186,6 +215,7 @@ def selection(config: pytest.Config) -> Any:
                 f"--calibration-samples takes a whole number from {CALIBRATION_RANGE[0]} to "
                 f"{CALIBRATION_RANGE[1]}, got {calibration}"
             )
+        _check_training_and_pipeline(config)
         if not 0 < config.getoption("accuracy_floor") <= 1:
             raise UsageProblem("--accuracy-floor takes a fraction in (0, 1], e.g. 0.99")
         if config.getoption("data_dir") is not None:
@@ -225,8 +255,30 @@ def selection(config: pytest.Config) -> Any:
         devices=devices if devices is not None else available_devices(),
         batch_sizes=batch_sizes,
         profile=profile,
+        models_given=config.getoption("models") is not None,
         weights=config.getoption("weights"),
     )
+
+
+PIPELINE_CROP = 128
+"""Small enough that the default sweep's training steps fit 5 minutes on 2 cores; 224 for ImageNet's."""
+
+
+def _check_training_and_pipeline(config: pytest.Config) -> None:
+    steps = config.getoption("converge_steps")
+    if steps is not None and not 0 <= steps <= 100_000:
+        raise UsageProblem(f"--converge-steps takes a whole number from 0 to 100000, got {steps}")
+    images = config.getoption("pipeline_images")
+    if images is not None and not 1 <= images <= 1_000_000:
+        raise UsageProblem(f"--pipeline-images takes a whole number from 1 to 1000000, got {images}")
+    if not 16 <= config.getoption("pipeline_crop") <= 2048:
+        raise UsageProblem(
+            f"--pipeline-crop takes a side in pixels from 16 to 2048, got {config.getoption('pipeline_crop')}"
+        )
+    if config.getoption("pipeline_data") is not None:
+        from optbench.jpeg_dataset import check_image_folder
+
+        check_image_folder(Path(config.getoption("pipeline_data")))
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # "+" as in stack names

@@ -81,7 +81,10 @@ def _holds_benchmark_tests(paths: list[Path], limit: int = 2000) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "optbench(mode): an optbench benchmark test; mode is inference or training"
+        "markers",
+        "optbench(mode, models=None, batch_sizes=None): an optbench benchmark test; mode is inference, "
+        "training or data; models and batch_sizes (a tuple, or a dict per profile) are its defaults "
+        "when --models and --batch-sizes are not given",
     )
     for family in _FAMILIES:
         config.addinivalue_line(
@@ -130,6 +133,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.config.stash[_ERROR_KEY] = error
         metafunc.parametrize("optbench_case", [])
         return
+    if marker is not None:
+        chosen = chosen.for_test(marker.kwargs.get("models"), marker.kwargs.get("batch_sizes"))
     cases = build_matrix(chosen, mode)
     params = [pytest.param(c, id=c.id, marks=_marks(c)) for c in cases]
     metafunc.parametrize("optbench_case", params)
@@ -169,6 +174,7 @@ def pytest_collection_modifyitems(
     if not any("optbench_case" in getattr(item, "fixturenames", ()) for item in items):
         return
     from optbench.ceilings import Ceilings
+    from optbench.loader_bench import PipelineConfig
     from optbench.results import ResultsWriter
     from optbench.runner import RunState
 
@@ -196,6 +202,12 @@ def pytest_collection_modifyitems(
         record_only=config.getoption("record_accuracy_only"),
         eval_limit=config.getoption("eval_samples"),
         calibration_samples=config.getoption("calibration_samples"),
+        converge_steps=_or_profile(config.getoption("converge_steps"), profile.converge_steps),
+        pipeline=PipelineConfig(
+            images=_or_profile(config.getoption("pipeline_images"), profile.pipeline_images),
+            crop=config.getoption("pipeline_crop"),
+            data_dir=Path(config.getoption("pipeline_data")) if config.getoption("pipeline_data") else None,
+        ),
         timing=profile.timing.with_overrides(
             config.getoption("time_budget"), config.getoption("target_precision")
         ),
@@ -208,6 +220,10 @@ def pytest_collection_modifyitems(
     bench_session = getattr(config, "_benchmarksession", None)
     if bench_session is not None and not getattr(bench_session, "json", None):
         bench_session.json = run_dir / "benchmark.json"
+
+
+def _or_profile(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def _warn_weak_model(row: dict[str, Any], warned: set[str]) -> None:

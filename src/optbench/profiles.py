@@ -12,6 +12,10 @@ class Profile:
     name: str
     description: str
     timing: TimingPolicy
+    converge_steps: int = 100
+    """Training cases: steps of the short seeded training (--converge-steps)."""
+    pipeline_images: int = 256
+    """Data cases: JPEGs in the generated dataset (--pipeline-images)."""
 
 
 PROFILES: dict[str, Profile] = {
@@ -28,6 +32,8 @@ PROFILES: dict[str, Profile] = {
                 min_rounds=8,
                 target_rel_ci=0.05,
             ),
+            converge_steps=30,
+            pipeline_images=48,
         ),
         Profile(
             "default",
@@ -52,6 +58,8 @@ PROFILES: dict[str, Profile] = {
                 min_rounds=20,
                 target_rel_ci=0.01,
             ),
+            converge_steps=300,
+            pipeline_images=1024,
         ),
     )
 }

@@ -28,8 +28,12 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("family", "technique family (baseline, precision, layout, compile, ...); a stack's joined by '+'"),
     ("device", "cpu, cuda or mps"),
     ("device_name", "CPU model or GPU name"),
-    ("mode", "inference (training comes later)"),
-    ("batch_size", "samples per call"),
+    (
+        "mode",
+        "inference (forward calls), training (optimizer steps) or data (the input pipeline feeding "
+        "training steps)",
+    ),
+    ("batch_size", "samples per call (training: per optimizer step, the effective batch)"),
     ("input_shape", "one sample's timed input shape: 3xHxW for images, seqN for token sequences"),
     ("eval_input_shape", "one sample's input shape on the held-out split (empty without evaluation)"),
     ("resolution", "timed image side in pixels (empty for text models)"),
@@ -52,11 +56,19 @@ COLUMNS: tuple[tuple[str, str], ...] = (
         "True when training stopped below target_top1: these rows compare techniques on a weak model",
     ),
     # status
-    ("status", "passed, skipped, failed, oom, nan_output, fail_accuracy or nondeterministic_baseline"),
+    (
+        "status",
+        "passed, skipped, failed, oom, nan_output, fail_accuracy, nondeterministic_baseline or diverged "
+        "(training: non-finite loss, or held-out top-1 at chance after the short training)",
+    ),
     ("reason", "why a case was not passed: skip reason, exception type and message, or the accuracy numbers"),
     # speed
     ("latency_ms_min", "fastest call, ms"),
-    ("latency_ms_median", "median call, ms: the number speedup and throughput use"),
+    (
+        "latency_ms_median",
+        "median call, ms (training: one optimizer step; data: one batch fed to a training step): the "
+        "number speedup and throughput use (data rows: the mean)",
+    ),
     ("latency_ms_mean", "mean call, ms"),
     ("latency_ms_stddev", "standard deviation of calls, ms"),
     ("latency_ms_iqr", "interquartile range of calls, ms"),
@@ -67,7 +79,11 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("rel_ci95", "half-width of the median's 95% confidence interval, as a fraction of the median"),
     ("precision_met", "rel_ci95 within the profile's target precision"),
     ("noisy", "IQR above 10% of the median: treat this row's latency with care"),
-    ("throughput", "samples per second at the median latency"),
+    (
+        "throughput",
+        "samples per second at the median latency (data rows: samples over the whole epoch's time, "
+        "stalls included)",
+    ),
     ("speedup", "eager fp32 median / this median, same model, device, mode and batch, same run"),
     ("speedup_ci95_low", "lower end of the speedup's 95% bootstrap interval (raw samples of both cases)"),
     ("speedup_ci95_high", "upper end of that interval; an interval holding 1.0 is no clear difference"),
@@ -87,6 +103,11 @@ COLUMNS: tuple[tuple[str, str], ...] = (
         "peak memory during the case, MiB: process RSS high-water mark (cpu) or max allocated (cuda)",
     ),
     ("peak_mem_delta_mb", "peak_mem_mb minus the level when the case started, MiB"),
+    (
+        "peak_mem_vs_fp32",
+        "peak_mem_delta_mb / that of eager fp32 in the same group (below 1: memory saved, as by "
+        "gradient accumulation or activation checkpointing)",
+    ),
     ("mem_source", "how peak memory was measured (cpu_rss_peak, cuda_max_allocated)"),
     ("params", "parameters of the prepared model"),
     ("nonzero_params", "parameters that are not zero"),
@@ -105,6 +126,30 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("calibration_samples", "static quantization: training samples the observers saw"),
     ("finetune_samples", "pruning: training samples of the seeded fine-tune (0: none at this shape)"),
     ("technique_notes", "other columns a technique reported, as JSON"),
+    # training
+    ("converge_steps", "training: optimizer steps of the short seeded training from a fresh initialization"),
+    ("converge_batch_size", "training: its batch size (the model's recipe's)"),
+    ("converge_loss", "training: mean loss of its last 10 steps (NaN or inf: diverged)"),
+    ("converge_top1", "training: held-out top-1 after it"),
+    ("converge_top1_fp32", "training: the same for eager fp32 in the same group"),
+    ("converge_top1_delta", "training: converge_top1 - converge_top1_fp32"),
+    ("converge_s", "training: seconds the short training and its evaluation took"),
+    # data pipeline
+    ("num_workers", "data: DataLoader worker processes"),
+    ("workers_over_cores", "data: True when num_workers exceeds the CPU cores this process may use"),
+    ("pin_memory", "data: DataLoader(pin_memory=...)"),
+    ("pin_memory_effective", "data: False when pin_memory was asked for but there is no CUDA to pin for"),
+    ("persistent_workers", "data: workers kept across epochs"),
+    ("prefetch_factor", "data: batches each worker loads ahead (empty: DataLoader's default, 2)"),
+    ("shuffle", "data: shuffled order"),
+    ("augment", "data: RandomResizedCrop + flip (False: resize + center crop)"),
+    ("decoder", "data: pil (PIL.Image) or torchvision (torchvision.io.decode_jpeg)"),
+    ("dataset_images", "data: images in the ImageFolder read"),
+    ("dataset_dir", "data: the folder read (generated JPEGs in the cache, or --pipeline-data)"),
+    (
+        "loader_samples_per_s",
+        "data: samples per second of the loader alone over 2 epochs, worker start-up included",
+    ),
     (
         "flops_per_sample",
         "FLOPs of one sample's forward pass in the fp32 model (torch.utils.flop_counter); for "
@@ -169,6 +214,11 @@ _INT_COLUMNS = (
     "eval_samples",
     "eval_batch_size",
     "compiled_graphs",
+    "converge_steps",
+    "converge_batch_size",
+    "num_workers",
+    "prefetch_factor",
+    "dataset_images",
 )
 _BOOL_COLUMNS = (
     "below_target",
@@ -178,6 +228,12 @@ _BOOL_COLUMNS = (
     "prepare_cached",
     "prepared_per_shape",
     "tf32",
+    "workers_over_cores",
+    "pin_memory",
+    "pin_memory_effective",
+    "persistent_workers",
+    "shuffle",
+    "augment",
 )
 
 

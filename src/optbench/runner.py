@@ -23,6 +23,7 @@ from optbench.judge import ACCURACY_STATUSES, Reference, judge
 from optbench.measure import Setup, TimeFn, measure_case
 from optbench.results import ResultsWriter
 from optbench.speedup import speedup_interval
+from optbench.techniques.base import DATA, TRAINING, NotApplicable
 from optbench.timing import TimingPolicy, time_calls
 from optbench.weights import WeightsProvider
 
@@ -81,7 +82,12 @@ class RunState:
     references: dict[tuple[str, str, str, int], Reference] = field(default_factory=dict)
     reference_attempts: set[tuple[str, str, str, int]] = field(default_factory=set)
     repo_dir: str | None = None
-    flops: dict[tuple[str, str, int, str], int] = field(default_factory=dict)
+    flops: dict[tuple[str, str, int, str, str], int] = field(default_factory=dict)
+    flops_source: dict[tuple[str, str, int, str, str], str] = field(default_factory=dict)
+    converge_steps: int = 0
+    """Training mode: steps of each case's short seeded training (0: none)."""
+    pipeline: Any = None
+    """Data mode: the PipelineConfig (dataset, images, crop) every data case reads."""
 
     @property
     def setup(self) -> Setup:
@@ -99,7 +105,15 @@ class RunState:
                 calibration_samples=self.calibration_samples,
             )
 
-        return Setup(self.timing, self.timing_shape, self.eval_limit, self.flops, context=context)
+        return Setup(
+            self.timing,
+            self.timing_shape,
+            self.eval_limit,
+            self.flops,
+            self.flops_source,
+            converge_steps=self.converge_steps,
+            context=context,
+        )
 
     def record(self, row: dict[str, Any]) -> None:
         self.writer.append(row)
@@ -141,7 +155,9 @@ class CaseRunner:
             # Speedup needs the eager baseline from this run; measure it if the user deselected it.
             self._measure(case.baseline(), test, plain_timer, selected=False)
         row = self._measure(case, test, time_fn or plain_timer, selected=True)
-        if row["status"] != "passed" and not (self.state.record_only and row["status"] in ACCURACY_STATUSES):
+        if row["status"] not in ("passed", "skipped") and not (
+            self.state.record_only and row["status"] in ACCURACY_STATUSES
+        ):
             raise CaseFailed(row["reason"])
         return row
 
@@ -159,17 +175,18 @@ class CaseRunner:
         row = self._identity(case, test, selected)
         trace = None
         try:
-            weights = state.weights.get(case.spec)
-            row["weights"] = state.weights.choice
-            row["weights_source"] = weights.source
-            row.update(training_columns(weights.record, case.spec))
             row["status"] = "passed"
-            measured = measure_case(case, weights, state.setup, time_fn)
-            row.update(measured.columns)
-            row["samples_ms"] = measured.samples_ms
-            labels = weights.eval_set(state.eval_limit)[1] if measured.logits is not None else None
-            verdict = self._judge(case, measured.logits, measured.logits_again, labels, measured.nonfinite)
-            row.update(verdict)
+            if case.mode == DATA:
+                self._data(case, row, time_fn)
+            else:
+                weights = state.weights.get(case.spec)
+                row["weights"] = state.weights.choice
+                row["weights_source"] = weights.source
+                row.update(training_columns(weights.record, case.spec))
+                measure = self._training if case.mode == TRAINING else self._inference
+                measure(case, row, weights, time_fn)
+        except NotApplicable as why:  # the technique saw the case and does not apply to it
+            row["status"], row["reason"] = "skipped", str(why)
         except Exception as error:  # a failing technique is a failed row; the run goes on
             row["status"] = "oom" if _is_oom(error) else "failed"
             row["reason"] = describe_error(error)
@@ -189,6 +206,33 @@ class CaseRunner:
         if trace:
             row["error_trace"] = trace  # for the test's failure message only, not the table
         return row
+
+    def _inference(self, case: Case, row: dict[str, Any], weights: Any, time_fn: TimeFn) -> None:
+        state = self.state
+        measured = measure_case(case, weights, state.setup, time_fn)
+        row.update(measured.columns)
+        row["samples_ms"] = measured.samples_ms
+        labels = weights.eval_set(state.eval_limit)[1] if measured.logits is not None else None
+        row.update(self._judge(case, measured.logits, measured.logits_again, labels, measured.nonfinite))
+
+    def _training(self, case: Case, row: dict[str, Any], weights: Any, time_fn: TimeFn) -> None:
+        from optbench.convergence import verdict
+        from optbench.measure_training import measure_training
+
+        measured = measure_training(case, weights, self.state.setup, time_fn)
+        row.update(measured.columns)
+        row["samples_ms"] = measured.samples_ms
+        if measured.nonfinite:
+            row.update(status="nan_output", reason="the first training step's loss is not finite")
+            return
+        base = row if case.technique == BASELINE else self.state.baselines.get(case.group)
+        row.update(verdict(row, base, case.spec.num_classes))
+
+    def _data(self, case: Case, row: dict[str, Any], time_fn: TimeFn) -> None:
+        from optbench.loader_bench import PipelineConfig, measure_pipeline
+
+        config = self.state.pipeline or PipelineConfig()
+        row.update(measure_pipeline(case, config, time_fn, self.state.timing).columns)
 
     def _judge(
         self,
@@ -222,14 +266,18 @@ class CaseRunner:
             return
         row["baseline_case_id"] = base["case_id"]
         row["baseline_latency_ms"] = base["latency_ms_median"]
+        if base.get("peak_mem_delta_mb") and row.get("peak_mem_delta_mb") is not None:
+            row["peak_mem_vs_fp32"] = row["peak_mem_delta_mb"] / base["peak_mem_delta_mb"]
         if base.get("size_compressed_bytes") and row.get("size_compressed_bytes"):
             row["size_reduction"] = 100 * (1 - row["size_compressed_bytes"] / base["size_compressed_bytes"])
         if base is row:
             row["speedup"] = row["speedup_ci95_low"] = row["speedup_ci95_high"] = 1.0
             return
-        row["speedup"] = base["latency_ms_median"] / row["latency_ms_median"]
+        # Data cases: an epoch's time is what a pipeline changes, stalls included: compare means.
+        statistic = "mean" if case.mode == DATA else "median"
+        row["speedup"] = base[f"latency_ms_{statistic}"] / row[f"latency_ms_{statistic}"]
         row["speedup_ci95_low"], row["speedup_ci95_high"] = speedup_interval(
-            base["samples_ms"], row["samples_ms"]
+            base["samples_ms"], row["samples_ms"], statistic
         )
 
     def _add_peak(self, case: Case, row: dict[str, Any]) -> None:

@@ -16,8 +16,15 @@ def _ratio_of_medians(base: np.ndarray, case: np.ndarray, axis: int = -1) -> np.
     return np.median(base, axis=axis) / np.median(case, axis=axis)
 
 
-def speedup_interval(base_ms: Sequence[float], case_ms: Sequence[float]) -> tuple[float, float]:
-    """95% bootstrap interval (percentile, seeded) of median(base) / median(case).
+def _ratio_of_means(base: np.ndarray, case: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(base, axis=axis) / np.mean(case, axis=axis)
+
+
+def speedup_interval(
+    base_ms: Sequence[float], case_ms: Sequence[float], statistic: str = "median"
+) -> tuple[float, float]:
+    """95% bootstrap interval (percentile, seeded) of median(base) / median(case), or of the ratio of
+    means with statistic="mean".
 
     The two cases are resampled independently: they were timed one after the other, not paired."""
     base, case = np.asarray(base_ms, dtype=float), np.asarray(case_ms, dtype=float)
@@ -25,7 +32,7 @@ def speedup_interval(base_ms: Sequence[float], case_ms: Sequence[float]) -> tupl
         return float("nan"), float("nan")
     result = stats.bootstrap(
         (base, case),
-        _ratio_of_medians,
+        _ratio_of_means if statistic == "mean" else _ratio_of_medians,
         n_resamples=RESAMPLES,
         confidence_level=CONFIDENCE,
         method="percentile",

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from optbench.modelspec import ModelSpec
-from optbench.techniques.base import Prepared, Technique, register_technique
+from optbench.techniques.base import INFERENCE, TRAINING, Prepared, Technique, register_technique
 from optbench.techniques.context import TechniqueContext
 
 
@@ -30,6 +30,9 @@ class Bf16Autocast(Technique):
     devices = frozenset({"cpu", "cuda", "mps"})
     api = "torch.autocast"
     description = "bfloat16 autocast: matmuls and convolutions in bf16, the rest in fp32"
+    # Training: the forward pass (loss included) runs under autocast, backward outside it, weights
+    # and optimizer stay fp32. bf16 has fp32's range, so no loss scaling.
+    modes = frozenset({INFERENCE, TRAINING})
 
     def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:
         if device == "cuda" and torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
@@ -47,8 +50,20 @@ class Fp16Autocast(Technique):
     family = "precision"
     devices = frozenset({"cuda", "mps"})
     api = "torch.autocast (CUDA AMP)"
-    description = "float16 autocast, the classic CUDA AMP; on CPU use bf16_autocast instead"
+    description = (
+        "float16 autocast, the classic CUDA AMP (training adds torch.amp.GradScaler); on CPU use "
+        "bf16_autocast instead"
+    )
+    modes = frozenset({INFERENCE, TRAINING})
 
     def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
         forward = _autocast_forward(prepared.forward, ctx.device.type, torch.float16)
+        if ctx.mode == TRAINING:
+            # fp16 gradients underflow without loss scaling: AMP is autocast plus GradScaler.
+            return prepared.then(
+                "torch.autocast + torch.amp.GradScaler",
+                forward=forward,
+                dtype="float16 (autocast)",
+                grad_scaler=True,
+            )
         return prepared.then(self.api, forward=forward, dtype="float16 (autocast)")

@@ -18,6 +18,14 @@ if TYPE_CHECKING:
 FAMILIES = ("baseline", "precision", "layout", "compile", "quantization", "pruning", "training", "data")
 ALL_DEVICES = frozenset({"cpu", "cuda", "mps"})
 FP32 = "float32"
+INFERENCE, TRAINING, DATA = "inference", "training", "data"
+MODES = (INFERENCE, TRAINING, DATA)
+"""inference: time forward calls; training: time optimizer steps; data: time the input pipeline."""
+
+
+class NotApplicable(Exception):
+    """Raised by a technique that finds, once it sees the case, that it does not apply to it (a batch
+    that does not split into its micro-batches): the case becomes a skipped row with this reason."""
 
 
 def _same(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -44,6 +52,10 @@ class Prepared:
     sample's forward pass now. None: the fp32 model's count stands."""
     columns: Mapping[str, Any] = field(default_factory=dict)
     """Row columns the technique reports about itself (sparsity reached, calibration samples ...)."""
+    micro_batches: int = 1
+    """Training: split each step's batch into this many micro-batches and accumulate their gradients."""
+    grad_scaler: bool = False
+    """Training: scale the loss with torch.amp.GradScaler (float16 autocast needs it)."""
 
     def require_bare(self, technique: str, why: str) -> None:
         """Raise unless `forward` is still the module itself: a technique that rewrites or replaces
@@ -66,6 +78,8 @@ class Prepared:
         adapt_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
         columns: Mapping[str, Any] | None = None,
         flops_per_sample: int | None = None,
+        micro_batches: int | None = None,
+        grad_scaler: bool | None = None,
     ) -> Prepared:
         """This Prepared after one more technique: its API is appended, its input change composed
         after the earlier ones (and applied to the example inputs now)."""
@@ -85,6 +99,8 @@ class Prepared:
             adapt_inputs=adapt,
             columns={**self.columns, **(columns or {})},
             flops_per_sample=flops_per_sample if flops_per_sample is not None else self.flops_per_sample,
+            micro_batches=micro_batches if micro_batches is not None else self.micro_batches,
+            grad_scaler=grad_scaler if grad_scaler is not None else self.grad_scaler,
         )
 
 
@@ -92,13 +108,16 @@ class Technique:
     name: ClassVar[str]
     family: ClassVar[str]
     devices: ClassVar[frozenset[str]] = ALL_DEVICES
-    modes: ClassVar[frozenset[str]] = frozenset({"inference"})
+    modes: ClassVar[frozenset[str]] = frozenset({INFERENCE})
     api: ClassVar[str] = ""
     """The API that produced the result, e.g. 'torch.autocast' or 'torch.ao.quantization'."""
     description: ClassVar[str] = ""
     shape_specific: ClassVar[bool] = False
     """True when the prepared object only serves the input shape it was prepared at (a graph exported
     with static shapes, say): the runner then applies the technique again for the evaluation shape."""
+    standalone: ClassVar[bool] = True
+    """False for a technique that only means something stacked on another (persistent_workers needs
+    workers): the default matrix then has it inside stacks only."""
     exclusive_families: ClassVar[frozenset[str]] = frozenset({"precision", "quantization"})
     """Families of which a stack may hold one technique only (two compute precisions conflict)."""
 
@@ -186,9 +205,9 @@ def register_level_name(name: str) -> None:
         return
     prefix, _, level = name.rpartition("_")
     levels = LEVELS.get(prefix)
-    if levels is None or not level.lstrip("-").isdigit():
+    if levels is None:
         return
-    if not levels.low <= int(level) <= levels.high:
+    if not level.lstrip("-").isdigit() or not levels.low <= int(level) <= levels.high:
         raise UsageProblem(
             f"{name}: {prefix}_<N> takes N, the {levels.meaning}, from {levels.low} to {levels.high}"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from optbench.modelspec import IMAGE, ModelSpec
-from optbench.techniques.base import Prepared, Technique, register_technique
+from optbench.techniques.base import INFERENCE, TRAINING, Prepared, Technique, register_technique
 from optbench.techniques.context import TechniqueContext
 
 
@@ -15,6 +15,7 @@ class ChannelsLast(Technique):
     family = "layout"
     api = "torch.channels_last"
     description = "weights and inputs in NHWC layout, which oneDNN and cuDNN convolutions prefer"
+    modes = frozenset({INFERENCE, TRAINING})
 
     def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:
         if spec.task != IMAGE:

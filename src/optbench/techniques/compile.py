@@ -7,7 +7,7 @@ import shutil
 import torch
 
 from optbench.modelspec import ModelSpec
-from optbench.techniques.base import Prepared, Technique, register_technique
+from optbench.techniques.base import INFERENCE, TRAINING, Prepared, Technique, register_technique
 from optbench.techniques.context import TechniqueContext
 
 
@@ -17,6 +17,7 @@ class Compile(Technique):
     family = "compile"
     api = "torch.compile (inductor)"
     description = "torch.compile(model) with the inductor backend, default mode, static shapes"
+    modes = frozenset({INFERENCE, TRAINING})  # training: AOTAutograd compiles the backward too
 
     def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:
         if device == "cpu" and not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):

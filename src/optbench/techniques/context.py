@@ -43,6 +43,8 @@ class TechniqueContext:
     """One entry per `cached` call, True for a cache hit; shared by the parts of a stack."""
     calibration_samples: int = 256
     """Training samples a static quantization calibrates on (`--calibration-samples`)."""
+    mode: str = "inference"
+    """What the prepared object will do: inference (forward calls) or training (optimizer steps)."""
 
     def for_technique(self, name: str, code_hash: str) -> TechniqueContext:
         """The same context for one technique (of a stack): cache keys name the technique."""

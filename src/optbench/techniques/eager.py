@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from optbench.techniques.base import Prepared, Technique, register_technique
+from optbench.techniques.base import DATA, INFERENCE, TRAINING, Prepared, Technique, register_technique
 from optbench.techniques.context import TechniqueContext
 
 
@@ -12,6 +12,8 @@ class Eager(Technique):
     family = "baseline"
     api = "torch.nn.Module"
     description = "fp32 eager execution, unchanged: the reference for speedup and fidelity"
+    # In data mode it is the plain DataLoader (num_workers=0, PIL decoding, augmentation, shuffling).
+    modes = frozenset({INFERENCE, TRAINING, DATA})
 
     def apply(self, prepared: Prepared, ctx: TechniqueContext) -> Prepared:
         return prepared.then(self.api)

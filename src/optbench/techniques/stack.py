@@ -97,9 +97,15 @@ def register_default_stack(name: str, devices: set[str] | frozenset[str]) -> Non
     DEFAULT_STACKS[name] = frozenset(devices)
 
 
-def default_techniques(device: str) -> list[str]:
-    """Every registered technique, then the default stacks for `device`."""
-    return TECHNIQUES.names() + [s for s, devices in DEFAULT_STACKS.items() if device in devices]
+def default_techniques(device: str, mode: str = "inference") -> list[str]:
+    """Every registered technique that has `mode` and stands alone, then the default stacks for
+    `device` whose parts all have `mode`."""
+    singles = [n for n in TECHNIQUES.names() if _has_mode(n, mode) and TECHNIQUES.get(n).standalone]
+    return singles + [s for s, devices in DEFAULT_STACKS.items() if device in devices and _has_mode(s, mode)]
+
+
+def _has_mode(name: str, mode: str) -> bool:
+    return all(mode in TECHNIQUES.get(part).modes for part in name.split(SEPARATOR) if part in TECHNIQUES)
 
 
 # The stacks users deploy: NHWC with reduced precision, then compiled on top.

@@ -1,0 +1,41 @@
+"""Measures one training case: optimizer steps timed at the timed shape on a copy of the weights,
+then a short seeded training through the same technique to show whether it still learns."""
+
+from __future__ import annotations
+
+import torch
+
+from optbench.case import Case
+from optbench.convergence import short_training
+from optbench.measure import Measurement, Setup, TimeFn, _apply, time_case, timed_columns
+from optbench.weights import ModelWeights
+
+
+def measure_training(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) -> Measurement:
+    timed = time_case(case, weights, setup, time_fn)
+    measurement = Measurement(
+        columns=timed_columns(case, timed, setup.timing),
+        samples_ms=[s * 1e3 for s in timed.samples],
+        nonfinite=timed.nonfinite,
+    )
+    del timed  # free the timed model before training another
+    task, at_task = weights.task, weights.eval_spec
+    if setup.converge_steps and task is not None and at_task is not None and len(task.train_y):
+        device = torch.device(case.device)
+        batch = at_task.recipe.batch_size
+
+        def prepare(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]):  # noqa: ANN202
+            return _apply(case.tech, model, inputs, weights, at_task, case, setup, batch)[0]
+
+        result = short_training(
+            prepare,
+            at_task.build_model,
+            (task.train_x, task.train_y),
+            weights.eval_set(setup.eval_limit),
+            steps=setup.converge_steps,
+            batch_size=batch,
+            lr=at_task.recipe.lr,
+            device=device,
+        )
+        measurement.columns.update(result.columns())
+    return measurement

@@ -1,0 +1,141 @@
+"""Data-pipeline cases on a tiny generated JPEG dataset: one row per setting, corrupt files and dead
+workers as failed rows, bad folders and worker counts as one-line errors."""
+
+import os
+import signal
+
+import pytest
+import torch
+
+from optbench import loader_bench
+from optbench.case import Case
+from optbench.jpeg_dataset import check_image_folder, generated_dataset
+from optbench.loader_bench import PipelineConfig, settings_for
+from optbench.registry import UsageProblem
+from optbench.results import ResultsWriter, load
+from optbench.runner import CaseFailed, CaseRunner, RunState
+from optbench.techniques import resolve
+from optbench.timing import TimingPolicy
+
+FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=1, budget_s=0.05, min_rounds=2, max_rounds=20)
+IMAGES = 16
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return generated_dataset(IMAGES, tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture
+def state(tmp_path, registries, dataset):
+    config = PipelineConfig(crop=32, data_dir=dataset, loader_epochs=1)
+    return RunState(run_id="t", writer=ResultsWriter(tmp_path / "run"), timing=FAST, pipeline=config)
+
+
+def test_generated_dataset_is_real_jpegs_at_realistic_sizes(dataset):
+    from PIL import Image
+
+    files = sorted(dataset.glob("class_*/*.jpg"))
+    assert len(files) == IMAGES and len({f.parent for f in files}) == 10
+    for f in files:
+        with Image.open(f) as image:
+            assert image.format == "JPEG" and all(256 <= side <= 500 for side in image.size)
+    assert generated_dataset(IMAGES, dataset.parent.parent) == dataset  # cached, not made again
+
+
+SETTINGS = (
+    "eager",
+    "workers_1",
+    "workers_2+persistent_workers+decode_jpeg",
+    "workers_2+prefetch_4+pin_memory",
+    "no_augment+no_shuffle",
+)
+
+
+def test_each_setting_is_one_row_with_positive_throughput(state, tmp_path):
+    runner = CaseRunner(state)
+    for technique in SETTINGS:
+        runner.run(Case("resnet18", technique, "cpu", 4, "data"))
+    frame = load(tmp_path / "run")
+    assert list(frame["technique"]) == list(SETTINGS)
+    assert (frame["status"] == "passed").all(), frame["reason"].tolist()
+    assert (frame["throughput"] > 0).all() and (frame["loader_samples_per_s"] > 0).all()
+    assert (frame["rounds"] == IMAGES // 4).all() and (frame["dataset_images"] == IMAGES).all()
+    assert frame["input_shape"].eq("3x32x32").all() and frame["mode"].eq("data").all()
+    rows = frame.set_index("technique")
+    assert rows.loc["eager", "speedup"] == 1.0 and rows["speedup"].gt(0).all()
+    tuned = rows.loc["workers_2+persistent_workers+decode_jpeg"]
+    assert tuned["num_workers"] == 2 and tuned["persistent_workers"] and tuned["decoder"] == "torchvision"
+    assert rows.loc["no_augment+no_shuffle", "augment"] == False  # noqa: E712 (a numpy bool)
+    assert rows.loc["workers_2+prefetch_4+pin_memory", "prefetch_factor"] == 4
+    assert rows.loc["workers_2+prefetch_4+pin_memory", "pin_memory_effective"] == torch.cuda.is_available()
+
+
+def test_settings_fold_in_stack_order_and_need_workers_where_they_must(registries):
+    settings = settings_for(Case("resnet18", "workers_3+prefetch_8+no_shuffle", "cpu", 4, "data"))
+    assert (settings.num_workers, settings.prefetch_factor, settings.shuffle) == (3, 8, False)
+    from optbench.techniques.base import NotApplicable
+
+    with pytest.raises(NotApplicable, match="persistent_workers needs worker processes"):
+        settings_for(Case("resnet18", "persistent_workers", "cpu", 4, "data"))
+    bert = registries[0].get("bert_base_encoder")
+    assert "reads JPEG images" in resolve("workers_2").supports(bert, "cpu", "data")
+
+
+def test_more_workers_than_cores_runs_and_is_marked(state):
+    workers = len(os.sched_getaffinity(0)) + 1
+    row = CaseRunner(state).run(Case("resnet18", f"workers_{workers}", "cpu", 4, "data"))
+    assert row["status"] == "passed" and row["workers_over_cores"] is True
+
+
+@pytest.mark.parametrize("technique", ["eager", "workers_2"])
+def test_a_corrupt_jpeg_is_a_failed_row_naming_the_file(technique, state, dataset, tmp_path):
+    broken = tmp_path / "broken"
+    for f in dataset.glob("class_0[01]/*.jpg"):
+        (broken / f.parent.name).mkdir(parents=True, exist_ok=True)
+        (broken / f.parent.name / f.name).write_bytes(f.read_bytes())
+    bad = broken / "class_01" / "zz_corrupt.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg" * 3)
+    state.pipeline = PipelineConfig(crop=32, data_dir=broken, loader_epochs=1)
+    with pytest.raises(CaseFailed):
+        CaseRunner(state).run(Case("resnet18", technique, "cpu", 2, "data"))
+    row = state.rows[-1]
+    assert row["status"] == "failed" and str(bad) in row["reason"], row["reason"]
+    assert "\n" not in row["reason"]
+
+
+class _DiesInWorker(torch.utils.data.Dataset):
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, i):
+        if torch.utils.data.get_worker_info() is not None and i % 3 == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.inner[i]
+
+
+def test_a_dataloader_worker_that_dies_is_a_failed_row(state, monkeypatch):
+    opened = loader_bench.open_dataset
+    monkeypatch.setattr(loader_bench, "open_dataset", lambda *a: _DiesInWorker(opened(*a)))
+    with pytest.raises(CaseFailed):
+        CaseRunner(state).run(Case("resnet18", "workers_2", "cpu", 4, "data"))
+    row = state.rows[-1]
+    assert row["status"] == "failed" and "worker" in row["reason"].lower(), row["reason"]
+
+
+def test_folders_that_cannot_work_are_one_clear_line(tmp_path):
+    with pytest.raises(UsageProblem, match="does not exist"):
+        check_image_folder(tmp_path / "nope")
+    empty = tmp_path / "empty"
+    (empty / "cats").mkdir(parents=True)
+    (empty / "cats" / "notes.txt").write_text("no images here")
+    with pytest.raises(UsageProblem, match="holds no images"):
+        check_image_folder(empty)
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "a.jpg").write_bytes(b"")
+    with pytest.raises(UsageProblem, match="no class folders"):
+        check_image_folder(flat)
