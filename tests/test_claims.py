@@ -100,3 +100,70 @@ def test_cli_prints_and_writes_claims(tmp_path, capsys):
     assert main(["claims", str(tmp_path / "missing")]) == EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("optbench: error: ")
+
+
+def training_row(technique, family, speedup, low, high, status="passed", mode="training", **extra):
+    return {
+        "model": "resnet18",
+        "device": "cpu",
+        "mode": mode,
+        "batch_size": 8,
+        "technique": technique,
+        "family": family,
+        "status": status,
+        "speedup": speedup,
+        "speedup_ci95_low": low,
+        "speedup_ci95_high": high,
+        **extra,
+    }
+
+
+def claim(frame, name):
+    return next(found for c, found in findings(pd.DataFrame(frame)) if c.name == name)
+
+
+def test_mixed_precision_training_claim_takes_the_fastest_precision_row_that_learned():
+    rows = [
+        training_row("eager", "baseline", 1, 1, 1),
+        training_row("bf16_autocast", "precision", 1.6, 1.5, 1.7, converge_top1=0.93),
+        training_row("channels_last+bf16_autocast", "layout+precision", 2.4, 2.2, 2.6, converge_top1=0.92),
+        # faster still, but it diverged: never chosen
+        training_row("fp16_autocast", "precision", 3.0, 2.9, 3.1, status="diverged"),
+        training_row("compile", "compile", 5.0, 4.0, 6.0),  # not mixed precision
+    ]
+    (found,) = claim(rows, "mixed_precision_training")
+    assert found.verdict == "holds" and found.model == "resnet18"
+    assert found.evidence.startswith("bs8 channels_last+bf16_autocast: 2.40x [2.20, 2.60]")
+    assert "short-training top-1 0.920" in found.evidence
+    (slow,) = claim(rows[:2], "mixed_precision_training")
+    assert slow.verdict == "does not hold"
+    (none,) = claim(
+        [training_row("bf16_autocast", "precision", 1, 1, 1, status="diverged")], "mixed_precision_training"
+    )
+    assert none.verdict == "no evidence in this run" and "diverged" in none.evidence
+
+
+def test_data_pipeline_claim_ignores_settings_that_change_the_training():
+    data = [
+        training_row(
+            "eager", "baseline", 1, 1, 1, mode="data", loader_samples_per_s=100.0, augment=True, shuffle=True
+        ),
+        training_row(
+            "workers_2",
+            "data",
+            1.5,
+            1.3,
+            1.7,
+            mode="data",
+            loader_samples_per_s=180.0,
+            augment=True,
+            shuffle=True,
+        ),
+        training_row("no_augment", "data", 3.0, 2.8, 3.2, mode="data", augment=False, shuffle=True),
+    ]
+    (found,) = claim(data, "data_pipeline")
+    assert found.verdict == "unclear"  # 1.5x meets 1/0.7 = 1.43x, its interval's low end does not
+    assert found.evidence.startswith("bs8 best workers_2: 1.50x [1.30, 1.70]")
+    assert "33% less time per epoch" in found.evidence and "the loader alone 1.80x" in found.evidence
+    (missing,) = claim(data[:1], "data_pipeline")
+    assert missing.verdict == "no evidence in this run"

@@ -39,11 +39,11 @@ def run_bench(
     )
 
 
-def collected_ids(*args: str) -> list[str]:
+def collected_ids(*args: str, test: str = "inference") -> list[str]:
     out = run_bench("bench/", "--collect-only", "-q", *args)
     assert out.returncode == 0, out.stdout + out.stderr
     return [
-        line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines() if "::test_inference[" in line
+        line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines() if f"::test_{test}[" in line
     ]
 
 
@@ -85,6 +85,16 @@ def collected_ids(*args: str) -> list[str]:
             ["--techniques", "eager,prune_channels_95+int8_static_fx"],
             "ERROR: prune_channels_95: prune_channels_<N> takes N, the percent of channels removed, from 1 to 90",
         ),
+        (
+            ["--techniques", "workers_-1"],
+            "ERROR: workers_-1: workers_<N> takes N, the number of workers, from 0 to 1024",
+        ),
+        (
+            ["--techniques", "workers_1.5+pin_memory"],
+            "ERROR: workers_1.5: workers_<N> takes N, the number of workers, from 0 to 1024",
+        ),
+        (["--pipeline-data", "/no/such/dir"], "ERROR: --pipeline-data /no/such/dir does not exist"),
+        (["--converge-steps", "-3"], "ERROR: --converge-steps takes a whole number from 0 to 100000, got -3"),
         (
             ["--techniques", "channels_last++compile"],
             "ERROR: technique stack 'channels_last++compile' has an empty part",
@@ -195,6 +205,21 @@ def test_selection_options_keyword_and_markers():
     ]
 
 
+def test_training_and_data_cases_are_collected_with_their_own_defaults():
+    training = collected_ids("--models", "resnet18", "--devices", "cpu", test="training")
+    assert "resnet18-grad_accum_4-cpu-bs8-training" in training
+    assert "resnet18-activation_checkpoint-cpu-bs8-training" in training
+    assert not any("int8" in i or "prune" in i for i in training)  # inference-only techniques stay out
+    # The data sweep reads images for resnet18 at its own batch sizes unless the user chooses.
+    data = collected_ids("--techniques", "workers_9", "--devices", "cpu", test="data_pipeline")
+    assert data == ["resnet18-workers_9-cpu-bs32-data", "resnet18-workers_9-cpu-bs64-data"]
+    chosen = collected_ids(
+        "--models", "resnet50", "--techniques", "eager", "--batch-sizes", "16", "--devices", "cpu",
+        test="data_pipeline",
+    )  # fmt: skip
+    assert chosen == ["resnet50-eager-cpu-bs16-data"]
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
@@ -259,15 +284,21 @@ SMOKE_SKIPPED = {
 }
 
 
+def inference_rows(results):
+    frame = load(results)
+    return frame[frame["mode"] == "inference"]
+
+
 def test_smoke_profile_writes_one_sane_row_per_case(smoke_run):
     out, results, _, _ = smoke_run
-    frame = load(results / "latest")
+    everything = load(results / "latest")
     # Pruning may cost the LSTM more than the 1% floor (0.908 fp32 top-1 on 500 held-out samples:
     # the floor is 5 samples): those rows fail as they should, and nothing else may.
-    lost = frame[frame["status"] == "fail_accuracy"]
+    lost = everything[everything["status"] == "fail_accuracy"]
     assert lost["case_id"].str.startswith("lstm_classifier-prune_l1").all(), lost["case_id"].tolist()
     assert out.returncode == (1 if len(lost) else 0), out.stdout[-3000:] + out.stderr[-3000:]
     assert (results / "latest").resolve() == (results / "runs" / "smoke").resolve()
+    frame = everything[everything["mode"] == "inference"]
     assert set(frame["case_id"]) == SMOKE_IDS and len(frame) == len(SMOKE_IDS)
     assert set(frame["run_id"]) == {"smoke"}
 
@@ -298,7 +329,7 @@ def test_smoke_profile_writes_one_sane_row_per_case(smoke_run):
 
 def test_smoke_rows_carry_accuracy_fidelity_and_status(smoke_run):
     out, results, cache, args = smoke_run
-    frame = load(results / "runs" / "smoke").set_index("case_id")
+    frame = inference_rows(results / "runs" / "smoke").set_index("case_id")
     passed = frame[frame["status"] == "passed"]
     assert (passed["weights"] == "trained").all() and passed["weights_source"].str.contains(
         "cache miss"
@@ -321,13 +352,16 @@ def test_smoke_rows_carry_accuracy_fidelity_and_status(smoke_run):
 
 def test_second_run_loads_the_cached_checkpoints(smoke_run, tmp_path):
     out, results, cache, args = smoke_run
-    again = run_bench(*args[:-2], "--run-id", "again", "--techniques", "eager", cache=cache)
+    again = run_bench(*args[:-2], "--run-id", "again", "--techniques", "eager", "-m", "not data", cache=cache)
     assert again.returncode == 0, again.stdout[-2000:]
     frame = load(results / "runs" / "again")
+    assert set(frame["mode"]) == {"inference", "training"}
     assert frame["weights_source"].str.contains("cache hit").all()
     first = load(results / "runs" / "smoke").set_index("case_id")
-    for _, row in frame.iterrows():  # same weights, same held-out predictions
+    for _, row in frame[frame["mode"] == "inference"].iterrows():  # same weights, same predictions
         assert row["top1"] == first.loc[row["case_id"], "top1"]
+    for _, row in frame[frame["mode"] == "training"].iterrows():  # seeded: the same short training
+        assert row["converge_top1"] == first.loc[row["case_id"], "converge_top1"]
 
 
 def test_smoke_run_prints_the_table_and_writes_pytest_benchmark_json(smoke_run):
@@ -341,6 +375,87 @@ def test_smoke_run_prints_the_table_and_writes_pytest_benchmark_json(smoke_run):
     assert "test_inference[resnet18-eager-cpu-bs2]" in names
     first = next(b for b in data["benchmarks"] if b["name"] == "test_inference[resnet18-eager-cpu-bs2]")
     assert first["extra_info"]["speedup"] == 1.0 and first["stats"]["rounds"] == len(first["stats"]["data"])
+
+
+TRAINING_TECHNIQUES = (
+    "eager",
+    "activation_checkpoint",
+    "bf16_autocast",
+    "fp16_autocast",
+    "channels_last",
+    "compile",
+    "grad_accum_2",
+    "grad_accum_4",
+    "channels_last+bf16_autocast",
+    "channels_last+bf16_autocast+compile",
+)
+TRAINING_SKIPPED = {
+    "resnet18-fp16_autocast-cpu-bs2-training",
+    "resnet18-grad_accum_4-cpu-bs2-training",  # batch 2 does not split into 4
+    "lstm_classifier-fp16_autocast-cpu-bs4-training",
+    "lstm_classifier-activation_checkpoint-cpu-bs4-training",
+    *(f"lstm_classifier-{t}-cpu-bs4-training" for t in TRAINING_TECHNIQUES if "channels_last" in t),
+}
+
+
+def data_settings() -> set[str]:
+    from optbench.techniques.data_loader import available_cores, worker_levels
+
+    cores = available_cores()
+    tuned = f"workers_{cores}"
+    return {
+        "eager",
+        "pin_memory",
+        "decode_jpeg",
+        "no_augment",
+        "no_shuffle",
+        *(f"workers_{n}" for n in worker_levels(cores)),
+        *(
+            f"{tuned}+{rest}"
+            for rest in (
+                "pin_memory",
+                "persistent_workers",
+                "prefetch_4",
+                "decode_jpeg",
+                "persistent_workers+decode_jpeg",
+            )
+        ),
+    }
+
+
+def test_smoke_training_and_data_rows_carry_speed_memory_and_convergence(smoke_run):
+    out, results, _, _ = smoke_run
+    frame = load(results / "runs" / "smoke")
+    training = frame[frame["mode"] == "training"].set_index("case_id")
+    expected = {
+        f"{model}-{t}-cpu-bs{bs}-training"
+        for model, bs in (("resnet18", 2), ("lstm_classifier", 4))
+        for t in TRAINING_TECHNIQUES
+    }
+    assert set(training.index) == expected
+    assert set(training.index[training["status"] == "skipped"]) == TRAINING_SKIPPED
+    ran = training[training["status"] != "skipped"]
+    assert (ran["status"] == "passed").all(), ran["reason"].dropna().tolist()
+    assert (ran["latency_ms_median"] > 0).all() and (ran["throughput"] > 0).all()
+    assert (ran["speedup"] > 0).all() and (ran["peak_mem_mb"] > 0).all()
+    # FLOPs of forward and backward: at least twice the forward pass's
+    forward = inference_rows(results / "runs" / "smoke").set_index("case_id")
+    assert (
+        ran.loc["resnet18-eager-cpu-bs2-training", "flops_per_sample"]
+        >= 2 * forward.loc["resnet18-eager-cpu-bs2", "flops_per_sample"]
+    )
+    # Convergence columns are present and sane: finite loss, top-1 well above chance (0.1)
+    assert (ran["converge_steps"] == 30).all() and ran["converge_loss"].between(0, 5).all()
+    assert ran["converge_top1"].between(0.15, 1).all() and ran["converge_top1_fp32"].notna().all()
+    assert ran.loc["resnet18-eager-cpu-bs2-training", "converge_top1"] > 0.8
+    data = frame[frame["mode"] == "data"]
+    assert set(data["technique"]) == data_settings() and set(data["batch_size"]) == {8}
+    assert (data["status"] == "passed").all(), data["reason"].dropna().tolist()
+    assert (data["throughput"] > 0).all() and (data["loader_samples_per_s"] > 0).all()
+    assert (data["dataset_images"] == 48).all() and (data["rounds"] == 6).all()
+    claims = (results / "runs" / "smoke" / "claims.md").read_text()
+    assert claims.count("| Mixed precision took training from days to hours | ") == 2
+    assert "| A tuned data pipeline cut training time by 30% | resnet18 | cpu |" in claims
 
 
 USER_TECHNIQUE = """

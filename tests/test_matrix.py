@@ -70,5 +70,18 @@ def test_unsupported_cases_stay_in_the_matrix_with_a_reason(registries):
 
 
 def test_training_mode_is_not_claimed_by_inference_only_techniques(registries):
-    (case,) = build_matrix(_select(techniques=["bf16_autocast"]), "training")
-    assert case.skip_reason == "bf16_autocast has no training mode (modes: inference)"
+    (case,) = build_matrix(_select(techniques=["int8_static_fx"]), "training")
+    assert case.skip_reason == "int8_static_fx has no training mode (modes: inference)"
+    (trains,) = build_matrix(_select(techniques=["bf16_autocast"]), "training")
+    assert trains.skip_reason is None
+
+
+def test_default_matrix_of_each_mode_holds_only_techniques_of_that_mode(registries):
+    from optbench.techniques import resolve
+
+    for mode in ("inference", "training", "data"):
+        cases = build_matrix(_select(techniques=None), mode)
+        assert cases and all(mode in resolve(c.technique).modes for c in cases), mode
+    names = {c.technique for c in build_matrix(_select(techniques=None), "data")}
+    # persistent_workers and prefetch_<N> need workers: in stacks only, never alone
+    assert "persistent_workers" not in names and any(n.endswith("+persistent_workers") for n in names)

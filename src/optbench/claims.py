@@ -145,6 +145,8 @@ def _best_per_group(
     rows = rows[rows["technique"] != "eager"]
     rows = rows[rows.apply(keep, axis=1)] if len(rows) else rows
     out: list[tuple[Any, pd.Series | None, str]] = []
+    if rows.empty:
+        return out
     for key, group in rows.groupby(["model", "device", "batch_size"], sort=True):
         passed = group[group["status"] == "passed"]
         passed = passed[passed["speedup"].notna()] if "speedup" in passed else passed.iloc[0:0]
