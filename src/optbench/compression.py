@@ -176,7 +176,7 @@ def fine_tune(
     fraction of the recipe's learning rate), so accuracy can recover from pruning; masks from
     torch.nn.utils.prune stay applied. Returns the samples trained on. The model is left in eval
     mode, with BatchNorm statistics recomputed on the train split."""
-    from optbench.training import _recalibrate_batchnorm
+    from optbench.training import recalibrate_batchnorm
 
     recipe = spec.recipe
     x, _ = ctx.train_split()
@@ -211,7 +211,7 @@ def fine_tune(
         loss.backward()
         optimizer.step()
         schedule.step()
-    _recalibrate_batchnorm(model, x[:per_epoch].to(ctx.device), recipe.batch_size)
+    recalibrate_batchnorm(model, x[:per_epoch].to(ctx.device), recipe.batch_size)
     model.eval()
     return min(samples, steps * recipe.batch_size)
 

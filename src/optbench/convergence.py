@@ -15,7 +15,7 @@ from torch import nn
 
 from optbench.techniques import Prepared
 from optbench.train_step import train_step
-from optbench.training import _recalibrate_batchnorm
+from optbench.training import recalibrate_batchnorm
 
 DIVERGED = "diverged"
 CHANCE_MARGIN = 0.05
@@ -86,7 +86,7 @@ def short_training(
     top1 = None
     if math.isfinite(final):
         with torch.no_grad():
-            _recalibrate_batchnorm(prepared.module, x.to(device), batch_size)
+            recalibrate_batchnorm(prepared.module, x.to(device), batch_size)
         prepared.module.eval()
         with torch.no_grad():
             logits = evaluate(prepared, held_out[0], batch_size, device)

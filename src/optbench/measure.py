@@ -76,7 +76,7 @@ def _build(
     return model, tuple(x.to(device) for x in spec.example_inputs(batch_size, gen))
 
 
-def _apply(
+def apply_technique(
     tech: Technique,
     model: torch.nn.Module,
     inputs: tuple[torch.Tensor, ...],
@@ -162,7 +162,7 @@ def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) 
             extra["flops_counted"] = setup.flops_source.get(flops_key)
         graphs_before = _dynamo_graphs()
         started = time.perf_counter()
-        prepared, ctx = _apply(tech, model, inputs, weights, timed, case, setup, case.batch_size)
+        prepared, ctx = apply_technique(tech, model, inputs, weights, timed, case, setup, case.batch_size)
         args = prepared.inputs
         if training:
             from optbench.train_step import train_step
@@ -257,7 +257,9 @@ def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeF
             # A prepared object tied to its shape cannot run the held-out split: prepare another
             # from the same weights, through the same technique, at the evaluation shape.
             eval_model, eval_inputs = _build(weights, at_eval, eval_batch, device)
-            to_eval = _apply(tech, eval_model, eval_inputs, weights, at_eval, case, setup, eval_batch)[0]
+            to_eval = apply_technique(
+                tech, eval_model, eval_inputs, weights, at_eval, case, setup, eval_batch
+            )[0]
         x, _ = weights.eval_set(setup.eval_limit)
         with torch.inference_mode():
             measurement.logits = evaluate(to_eval, x, eval_batch, device)

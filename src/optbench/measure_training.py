@@ -7,7 +7,8 @@ import torch
 
 from optbench.case import Case
 from optbench.convergence import short_training
-from optbench.measure import Measurement, Setup, TimeFn, _apply, time_case, timed_columns
+from optbench.measure import Measurement, Setup, TimeFn, apply_technique, time_case, timed_columns
+from optbench.techniques import Prepared
 from optbench.weights import ModelWeights
 
 
@@ -22,10 +23,12 @@ def measure_training(case: Case, weights: ModelWeights, setup: Setup, time_fn: T
     task, at_task = weights.task, weights.eval_spec
     if setup.converge_steps and task is not None and at_task is not None and len(task.train_y):
         device = torch.device(case.device)
-        batch = at_task.recipe.batch_size
+        # The recipe's batch, rounded to a multiple of the timed batch: a technique that splits the
+        # timed batch (grad_accum_<k>) then splits this one too.
+        batch = max(case.batch_size, at_task.recipe.batch_size // case.batch_size * case.batch_size)
 
-        def prepare(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]):  # noqa: ANN202
-            return _apply(case.tech, model, inputs, weights, at_task, case, setup, batch)[0]
+        def prepare(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Prepared:
+            return apply_technique(case.tech, model, inputs, weights, at_task, case, setup, batch)[0]
 
         result = short_training(
             prepare,

@@ -12,7 +12,7 @@ class Profile:
     name: str
     description: str
     timing: TimingPolicy
-    converge_steps: int = 100
+    converge_steps: int = 50
     """Training cases: steps of the short seeded training (--converge-steps)."""
     pipeline_images: int = 256
     """Data cases: JPEGs in the generated dataset (--pipeline-images)."""

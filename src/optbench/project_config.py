@@ -36,6 +36,11 @@ KEYS: dict[str, str] = {
     "record_accuracy_only": "bool",
     "timing_shape": "str",
     "zoo": "bool",
+    "calibration_samples": "int",
+    "converge_steps": "int",
+    "pipeline_data": "path",
+    "pipeline_images": "int",
+    "pipeline_crop": "int",
 }
 
 _KIND_NAMES = {

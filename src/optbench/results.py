@@ -21,7 +21,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     # identity
     ("run_id", "the run this row belongs to"),
     ("case_id", "readable case id: model-technique-device-bsN (the pytest parameter id)"),
-    ("test", "the benchmark test that ran it (inference, ...)"),
+    ("test", "the benchmark test that ran it (inference, training, data_pipeline)"),
     ("model", "model name in the registry"),
     ("task", "the model's task (image_classification, text_classification)"),
     ("technique", "technique name in the registry, or a stack of them joined by '+'"),
@@ -153,7 +153,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     (
         "flops_per_sample",
         "FLOPs of one sample's forward pass in the fp32 model (torch.utils.flop_counter); for "
-        "techniques that remove channels, in the pruned fp32 model",
+        "techniques that remove channels, in the pruned fp32 model; training rows: forward and backward",
     ),
     ("gflops_per_s", "achieved GFLOP/s: flops_per_sample x throughput / 1e9"),
     ("pct_of_peak", "gflops_per_s as a percentage of the machine's measured ceiling for peak_dtype"),

@@ -164,7 +164,7 @@ class CaseRunner:
     def _identity(self, case: Case, test: str, selected: bool) -> dict[str, Any]:
         state = self.state
         timed = case.spec.at_shape(state.timing_shape)
-        eval_shape = state.weights.eval_shape(case.spec)
+        eval_shape = None if case.mode == DATA else state.weights.eval_shape(case.spec)
         return identity(case, state.run_id, test, selected, timed, eval_shape, state.repo_dir)
 
     def _measure(self, case: Case, test: str, time_fn: TimeFn, selected: bool) -> dict[str, Any]:

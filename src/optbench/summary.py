@@ -47,6 +47,24 @@ def _accuracy_cell(row: pd.Series) -> str:
     return f"{top1:.3f} ({delta:+.3f}){flag}"
 
 
+def _converge_cell(row: pd.Series) -> str:
+    top1 = row.get("converge_top1")
+    if top1 is None or pd.isna(top1):
+        return _SHORT_STATUS.get(row["status"], str(row["status"]) if row["status"] != "passed" else "-")
+    delta = row.get("converge_top1_delta")
+    flag = " DIVERGED" if row["status"] == "diverged" else ""
+    if delta is None or pd.isna(delta):
+        return f"{top1:.3f}{flag}"
+    return f"{top1:.3f} ({delta:+.3f}){flag}"
+
+
+def _loader_cell(row: pd.Series) -> str:
+    rate = row.get("loader_samples_per_s")
+    if rate is None or pd.isna(rate):
+        return _SHORT_STATUS.get(row["status"], str(row["status"]))
+    return f"{rate:.0f}/s"
+
+
 def _pivot(frame: pd.DataFrame, cell: Any) -> str:
     frame = frame.copy()
     frame["cell"] = frame.apply(cell, axis=1)
@@ -74,7 +92,17 @@ def comparison_table(frame: pd.DataFrame) -> str:
     )
     text = f"{_pivot(frame, _cell)}\n{legend}"
     if "top1" in frame.columns and frame["top1"].notna().any():
-        text += f"\n\nheld-out top-1 (change vs eager fp32):\n{_pivot(frame, _accuracy_cell)}"
+        inference = frame[frame["top1"].notna() | (frame.get("mode") == "inference")]
+        text += f"\n\nheld-out top-1 (change vs eager fp32):\n{_pivot(inference, _accuracy_cell)}"
+    if "converge_top1" in frame.columns and frame["converge_top1"].notna().any():
+        training = frame[frame["mode"] == "training"]
+        text += (
+            "\n\ntraining: held-out top-1 after the short seeded training (change vs eager fp32):\n"
+            f"{_pivot(training, _converge_cell)}"
+        )
+    if "loader_samples_per_s" in frame.columns and frame["loader_samples_per_s"].notna().any():
+        data = frame[frame["mode"] == "data"]
+        text += f"\n\ndata: samples per second of the loader alone (no training step):\n{_pivot(data, _loader_cell)}"
     return text
 
 
@@ -132,7 +160,7 @@ def skip_reasons(frame: pd.DataFrame) -> str:
     lines: list[str] = []
     if "reason" not in frame.columns:
         return ""
-    for status in ("skipped", "failed", "oom"):
+    for status in ("skipped", "failed", "oom", "diverged"):
         subset = frame[frame["status"] == status]
         for reason, group in subset.groupby("reason", sort=False):
             ids = ", ".join(group["case_id"])

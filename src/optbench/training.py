@@ -30,7 +30,7 @@ def predict(forward: Any, x: torch.Tensor, batch_size: int = 256) -> torch.Tenso
     return torch.cat(outs)
 
 
-def _recalibrate_batchnorm(model: nn.Module, x: torch.Tensor, batch_size: int) -> None:
+def recalibrate_batchnorm(model: nn.Module, x: torch.Tensor, batch_size: int) -> None:
     """Recompute BatchNorm running statistics over the train split. MobileNetV3 and EfficientNet use
     BN momentum 0.01, so after a few hundred steps their running stats still mostly hold the
     initial values and eval-mode accuracy sits at chance though training accuracy is high."""
@@ -85,7 +85,7 @@ def train(
             scheduler.step()
             bar.update(1)
             bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3f}", top1=f"{top1:.3f}", refresh=False)
-        _recalibrate_batchnorm(model, train_x, recipe.batch_size)
+        recalibrate_batchnorm(model, train_x, recipe.batch_size)
         model.eval()
         top1 = float((predict(model, task.eval_x).argmax(1) == task.eval_y).float().mean())
         bar.set_postfix(epoch=epoch, top1=f"{top1:.3f}")
