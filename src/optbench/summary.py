@@ -34,28 +34,32 @@ def _cell(row: pd.Series) -> str:
     return f"{speedup:.2f}x{'=' if _unclear(row) else ''} {median:.3g}ms{marks}"
 
 
-def _accuracy_cell(row: pd.Series) -> str:
-    top1 = row.get("top1")
+_FLAGS = {
+    "fail_accuracy": " FAIL",
+    "nan_output": " NaN",
+    "nondeterministic_baseline": " NONDET",
+    "diverged": " DIVERGED",
+}
+
+
+def _top1_cell(row: pd.Series, prefix: str = "") -> str:
+    """'0.975 (+0.003)' from `<prefix>top1` and `<prefix>top1_delta`, flagged by an accuracy status."""
+    top1 = row.get(f"{prefix}top1")
     if top1 is None or pd.isna(top1):
         return _SHORT_STATUS.get(row["status"], "-")
-    delta = row.get("top1_delta")
-    flag = {"fail_accuracy": " FAIL", "nan_output": " NaN", "nondeterministic_baseline": " NONDET"}.get(
-        row["status"], ""
-    )
+    delta = row.get(f"{prefix}top1_delta")
+    flag = _FLAGS.get(row["status"], "")
     if delta is None or pd.isna(delta):
         return f"{top1:.3f}{flag}"
     return f"{top1:.3f} ({delta:+.3f}){flag}"
+
+
+def _accuracy_cell(row: pd.Series) -> str:
+    return _top1_cell(row)
 
 
 def _converge_cell(row: pd.Series) -> str:
-    top1 = row.get("converge_top1")
-    if top1 is None or pd.isna(top1):
-        return _SHORT_STATUS.get(row["status"], str(row["status"]) if row["status"] != "passed" else "-")
-    delta = row.get("converge_top1_delta")
-    flag = " DIVERGED" if row["status"] == "diverged" else ""
-    if delta is None or pd.isna(delta):
-        return f"{top1:.3f}{flag}"
-    return f"{top1:.3f} ({delta:+.3f}){flag}"
+    return _top1_cell(row, "converge_")
 
 
 def _loader_cell(row: pd.Series) -> str:
