@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from optbench.devices import unavailable_reason
 from optbench.modelspec import MODELS, ModelSpec
@@ -67,6 +68,8 @@ class Selection:
     """random, trained or pretrained: models without such weights become skipped cases."""
     models_given: bool = False
     """True when the user named the models (a benchmark test's own default models then give way)."""
+    shard: Any = None
+    """The optbench.shard.Shard this run measures (None: the whole matrix)."""
 
     def for_test(self, models: tuple[str, ...] | None, batch_sizes: object) -> Selection:
         """This selection as a benchmark test narrows it when the user did not choose: its `models`

@@ -33,6 +33,16 @@ def _claims(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _merge(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from optbench.merge import merge
+
+    written = merge([Path(f) for f in args.shards], Path(args.out))
+    print(f"merged {len(args.shards)} shards into {written.parent}")
+    return EXIT_OK
+
+
 def _selfcheck(args: argparse.Namespace) -> int:
     from optbench.selfcheck import main as selfcheck_main
 
@@ -67,6 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     claims.add_argument("path", nargs="?", default="results/latest")
     claims.set_defaults(func=_claims)
+    merging = sub.add_parser(
+        "merge",
+        help="combine the run folders of a sharded run (pytest bench/ --shard K/N) into one run folder",
+    )
+    merging.add_argument("shards", nargs="+", metavar="SHARD_DIR")
+    merging.add_argument(
+        "--out", required=True, metavar="RUN", help="the merged run's folder (must not exist)"
+    )
+    merging.set_defaults(func=_merge)
     check = sub.add_parser(
         "selfcheck", help="compare optbench's timing with torch.utils.benchmark", add_help=False
     )

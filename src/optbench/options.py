@@ -139,6 +139,20 @@ def add_options(parser: pytest.Parser) -> None:
         help=f"side of the training crop the data pipeline produces (default {PIPELINE_CROP})",
     )
     group.addoption(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="run part K of N of the matrix (1 <= K <= N); each group of cases sharing an eager "
+        "baseline stays on one shard. Default: from OPTBENCH_SHARD, a Kubernetes Indexed Job "
+        "(JOB_COMPLETION_INDEX with OPTBENCH_SHARD_COUNT), a Slurm array or GitLab's CI_NODE_INDEX",
+    )
+    group.addoption(
+        "--shard-durations",
+        default=None,
+        metavar="RUN",
+        help="balance shards by the case durations of an earlier run (a run folder or results file)",
+    )
+    group.addoption(
         "--record-accuracy-only",
         action="store_true",
         help="record fail_accuracy, nan_output and nondeterministic_baseline without failing the test",
@@ -216,6 +230,7 @@ def selection(config: pytest.Config) -> Any:
                 f"{CALIBRATION_RANGE[1]}, got {calibration}"
             )
         _check_training_and_pipeline(config)
+        shard = _shard(config)
         if not 0 < config.getoption("accuracy_floor") <= 1:
             raise UsageProblem("--accuracy-floor takes a fraction in (0, 1], e.g. 0.99")
         if config.getoption("data_dir") is not None:
@@ -256,8 +271,25 @@ def selection(config: pytest.Config) -> Any:
         batch_sizes=batch_sizes,
         profile=profile,
         models_given=config.getoption("models") is not None,
+        shard=shard,
         weights=config.getoption("weights"),
     )
+
+
+def _shard(config: pytest.Config) -> Any:
+    from optbench.shard import detect_shard, parse_shard
+
+    given = config.getoption("shard")
+    shard = parse_shard(given) if given is not None else detect_shard()
+    durations = config.getoption("shard_durations")
+    if durations is not None:
+        from optbench.results import resolve
+
+        try:
+            resolve(durations)
+        except FileNotFoundError as error:
+            raise UsageProblem(f"--shard-durations: {error}") from None
+    return shard
 
 
 PIPELINE_CROP = 128

@@ -169,9 +169,14 @@ def pytest_collection_modifyitems(
 ) -> None:
     if _ERROR_KEY in config.stash:
         raise config.stash[_ERROR_KEY]
-    if config.option.collectonly or _STATE_KEY not in config.stash:
+    if _STATE_KEY not in config.stash:
         return
     if not any("optbench_case" in getattr(item, "fixturenames", ()) for item in items):
+        return
+    shard = config.stash[_STATE_KEY]["selection"].shard
+    if shard is not None:
+        _keep_shard(config, items, shard)
+    if config.option.collectonly:
         return
     from optbench.ceilings import Ceilings
     from optbench.loader_bench import PipelineConfig
@@ -216,10 +221,69 @@ def pytest_collection_modifyitems(
         repo_dir=str(config.rootpath),
     )
     state["run_dir"] = run_dir
+    _write_manifest(config, state, run_id, run_dir, items)
     # pytest-benchmark's own JSON goes beside our tables unless the user asked for it elsewhere.
     bench_session = getattr(config, "_benchmarksession", None)
     if bench_session is not None and not getattr(bench_session, "json", None):
         bench_session.json = run_dir / "benchmark.json"
+
+
+def _cases(items: list[pytest.Item]) -> dict[pytest.Item, Any]:
+    params = ((item, getattr(getattr(item, "callspec", None), "params", {})) for item in items)
+    return {item: p["optbench_case"] for item, p in params if "optbench_case" in p}
+
+
+def _keep_shard(config: pytest.Config, items: list[pytest.Item], shard: Any) -> None:
+    """Keep this shard's groups of cases (and any non-benchmark test), deselect the rest."""
+    from optbench.shard import plan
+
+    cases = _cases(items)
+    groups: dict[Any, list[str]] = {}
+    for case in cases.values():
+        groups.setdefault(case.group, []).append(case.id)
+    durations = None
+    if config.getoption("shard_durations"):
+        from optbench.results import load
+
+        earlier = load(config.getoption("shard_durations"))
+        durations = dict(zip(earlier["case_id"], earlier["duration_s"].fillna(0.0), strict=True))
+    mine = set(plan(groups, shard.count, durations)[shard.index - 1])
+    config.stash[_STATE_KEY]["matrix_cases"] = len(cases)
+    deselected = [item for item, case in cases.items() if case.group not in mine]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        gone = set(deselected)
+        items[:] = [item for item in items if item not in gone]
+
+
+def _write_manifest(
+    config: pytest.Config, state: dict[str, Any], run_id: str, run_dir: Path, items: list[pytest.Item]
+) -> None:
+    from dataclasses import asdict
+
+    from optbench.environment import git_sha, machine_info
+    from optbench.manifest import Manifest
+
+    chosen = state["selection"]
+    selection = {k: v for k, v in asdict(chosen).items() if k not in ("shard", "models_given")}
+    options = (
+        "timing_shape", "time_budget", "target_precision", "eval_samples", "accuracy_floor",
+        "calibration_samples", "converge_steps", "pipeline_data", "pipeline_images", "pipeline_crop",
+        "data_dir", "record_accuracy_only", "keyword", "markexpr",
+    )  # fmt: skip
+    settings = {name: getattr(config.option, name, None) for name in options}
+    cases = [case.id for case in _cases(items).values()]
+    info = machine_info()
+    Manifest(
+        run_id=run_id,
+        git_sha=git_sha(str(config.rootpath)),
+        config={**selection, **settings},
+        cases=cases,
+        matrix_cases=state.get("matrix_cases", len(cases)),
+        shard=str(chosen.shard) if chosen.shard is not None else None,
+        machine_fingerprint=info["fingerprint"],
+        versions={k: info[k] for k in ("torch", "torchvision", "python")},
+    ).write(run_dir)
 
 
 def _or_profile(value: int | None, default: int) -> int:

@@ -184,6 +184,12 @@ COLUMNS: tuple[tuple[str, str], ...] = (
         "hash of CPU model, cores, memory and GPU: rows with equal fingerprints ran on alike machines",
     ),
     ("git_sha", "commit of the benchmark repository"),
+    ("shard", "merged runs: the part K/N of the sharded run that measured this row (empty: not sharded)"),
+    (
+        "mixed_machines",
+        "merged runs: True when the shards ran on machines with different fingerprints (each speedup "
+        "still compares cases of one shard, on one machine)",
+    ),
     ("model_code_hash", "hash of the file that registered the model"),
     ("technique_code_hash", "hash of the file that defines the technique"),
     ("timestamp", "when the case finished (UTC, ISO 8601)"),
@@ -195,7 +201,16 @@ TECHNIQUE_COLUMNS = ("sparsity", "calibration_samples", "finetune_samples")
 JSON_ONLY = ("samples_ms",)
 """Columns written to the JSONL only: the raw per-round latencies."""
 
-STATUSES = ("passed", "skipped", "failed", "oom", "nan_output", "fail_accuracy", "nondeterministic_baseline")
+STATUSES = (
+    "passed",
+    "skipped",
+    "failed",
+    "oom",
+    "nan_output",
+    "fail_accuracy",
+    "nondeterministic_baseline",
+    "diverged",
+)
 
 _INT_COLUMNS = (
     "batch_size",
@@ -234,6 +249,7 @@ _BOOL_COLUMNS = (
     "persistent_workers",
     "shuffle",
     "augment",
+    "mixed_machines",
 )
 
 

@@ -1,0 +1,44 @@
+"""run.json: what a run was asked to measure, where and with which code, written when it starts, so a
+sharded run's parts can be checked against each other before they are merged. No torch."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "run.json"
+
+
+@dataclass
+class Manifest:
+    run_id: str
+    git_sha: str
+    config: dict[str, Any]
+    """Everything that decides which cases run and how (selection, profile, timing options)."""
+    cases: list[str]
+    """The case ids this run holds (its shard's, when sharded)."""
+    matrix_cases: int
+    """Cases in the whole matrix (all shards together)."""
+    shard: str | None = None
+    """'K/N' when this run is part K of N, else None."""
+    machine_fingerprint: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    merged_from: list[str] = field(default_factory=list)
+
+    def write(self, run_dir: Path) -> None:
+        (run_dir / MANIFEST).write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def read(cls, run_dir: Path) -> Manifest:
+        from optbench.registry import UsageProblem
+
+        path = run_dir / MANIFEST
+        try:
+            data = json.loads(path.read_text())
+            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        except FileNotFoundError:
+            raise UsageProblem(f"{run_dir} has no {MANIFEST}: not an optbench run folder") from None
+        except (ValueError, TypeError, KeyError) as error:
+            raise UsageProblem(f"{path} is not a run manifest optbench can read: {error}") from None
