@@ -635,6 +635,9 @@ def test_tool_optbench_in_pyproject_sets_defaults_and_the_command_line_wins(tmp_
         techniques = "eager,channels_last"
         devices = ["cpu"]
         batch_sizes = [1, 3]
+
+        [tool.optbench.gate]  # the gate's own table: the plugin leaves it alone
+        latency_pct = 15
         """,
     )
     out = run_bench("bench/", "--collect-only", "-q", cwd=repo)

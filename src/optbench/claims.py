@@ -3,12 +3,13 @@ machine measured, or "no evidence in this run". Reads result tables only (no tor
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+
+from optbench.values import number as _num
 
 EDGE_SMALLER = 70.0
 """'70% smaller': size_reduction (compressed bytes against eager fp32's) of at least this."""
@@ -35,14 +36,6 @@ class Claim:
     name: str
     text: str
     evaluate: Callable[[pd.DataFrame], list[Finding]]
-
-
-def _num(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number
 
 
 def _families(row: pd.Series) -> set[str]:

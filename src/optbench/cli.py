@@ -1,4 +1,4 @@
-"""The `optbench` command. Reading results needs no torch; exit codes: 0 ok, 2 bad input."""
+"""The `optbench` command. Reading results needs no torch; exit codes: 0 ok, 1 a regression (compare), 2 bad input."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from optbench.registry import UsageProblem
 
 EXIT_OK = 0
+EXIT_REGRESSION = 1
 EXIT_USAGE = 2
 
 
@@ -40,6 +41,65 @@ def _merge(args: argparse.Namespace) -> int:
 
     written = merge([Path(f) for f in args.shards], Path(args.out))
     print(f"merged {len(args.shards)} shards into {written.parent}")
+    return EXIT_OK
+
+
+def _write(path: str | None, text: str) -> None:
+    if path:
+        from pathlib import Path
+
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise UsageProblem(f"could not write {path}: {error.strerror}") from None
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from optbench.gate.config import load_gate_config
+    from optbench.gate.exports import bencher_metric_format, github_action_benchmark
+    from optbench.gate.render import markdown, verdicts_json
+    from optbench.gate.verdicts import compare, failed
+    from optbench.results import load
+
+    config = load_gate_config(Path(args.config) if args.config else Path("pyproject.toml"))
+    base, head = load(args.baseline), load(args.candidate)
+    verdicts = compare(base, head, config)
+    text = markdown(verdicts, base, head)
+    print(text, end="")
+    _write(args.markdown, text)
+    _write(args.json, verdicts_json(verdicts))
+    _write(args.bencher, json.dumps(bencher_metric_format(head), indent=2) + "\n")
+    _write(args.smaller_is_better, json.dumps(github_action_benchmark(head), indent=2) + "\n")
+    _write(
+        args.bigger_is_better,
+        json.dumps(github_action_benchmark(head, bigger_is_better=True), indent=2) + "\n",
+    )
+    return EXIT_REGRESSION if failed(verdicts) else EXIT_OK
+
+
+def _baseline_save(args: argparse.Namespace) -> int:
+    import shutil
+    from pathlib import Path
+
+    from optbench.results import resolve
+
+    source = resolve(args.run).parent
+    if not all(c.isalnum() or c in "._-" for c in args.name) or args.name.startswith("."):
+        raise UsageProblem(f"--name {args.name!r} may hold only letters, digits, '.', '_' and '-'")
+    target = Path(args.dir) / args.name
+    tmp = target.with_name(f".{args.name}.saving")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in ("results.jsonl", "results.csv", "run.json", "claims.md"):
+        if (source / name).exists():
+            shutil.copy2(source / name, tmp / name)
+    if target.exists():
+        shutil.rmtree(target)  # refreshing a baseline replaces it; git keeps the old one
+    tmp.rename(target)
+    print(f"baseline {args.name!r} saved to {target} from {source}")
     return EXIT_OK
 
 
@@ -86,6 +146,35 @@ def main(argv: list[str] | None = None) -> int:
         "--out", required=True, metavar="RUN", help="the merged run's folder (must not exist)"
     )
     merging.set_defaults(func=_merge)
+    comparing = sub.add_parser(
+        "compare",
+        help="gate a candidate run against a baseline (exit 1 on a regression): Markdown summary, "
+        "JSON verdicts and dashboard exports",
+    )
+    comparing.add_argument("baseline", help="a baseline (results/baselines/NAME) or a run folder")
+    comparing.add_argument("candidate", help="the run to judge (a run folder or results file)")
+    comparing.add_argument(
+        "--config", help="pyproject.toml with [tool.optbench.gate] (default: ./pyproject.toml)"
+    )
+    comparing.add_argument("--markdown", metavar="FILE", help="also write the Markdown summary here")
+    comparing.add_argument("--json", metavar="FILE", help="write the verdicts as JSON")
+    comparing.add_argument("--bencher", metavar="FILE", help="write the candidate in Bencher Metric Format")
+    comparing.add_argument(
+        "--smaller-is-better", metavar="FILE", help="github-action-benchmark customSmallerIsBetter (latency)"
+    )
+    comparing.add_argument(
+        "--bigger-is-better", metavar="FILE", help="github-action-benchmark customBiggerIsBetter (speedup)"
+    )
+    comparing.set_defaults(func=_compare)
+    baseline = sub.add_parser(
+        "baseline", help="save a run as a baseline to commit: optbench baseline save [RUN]"
+    )
+    baseline_sub = baseline.add_subparsers(dest="action", required=True)
+    save = baseline_sub.add_parser("save", help="copy a run's results into results/baselines/NAME")
+    save.add_argument("run", nargs="?", default="results/latest")
+    save.add_argument("--name", default="default")
+    save.add_argument("--dir", default="results/baselines")
+    save.set_defaults(func=_baseline_save)
     check = sub.add_parser(
         "selfcheck", help="compare optbench's timing with torch.utils.benchmark", add_help=False
     )

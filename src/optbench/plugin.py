@@ -164,6 +164,7 @@ def _point_latest(results: Path, run_dir: Path) -> None:
         (results / "LATEST").write_text(run_dir.name + "\n")
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m deselect: the shard plan and run.json see what runs
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:

@@ -117,6 +117,7 @@ def apply_project_config(config: pytest.Config) -> dict[str, str]:
     where = f"[tool.optbench] in {path}"
     if not isinstance(table, dict):
         raise UsageProblem(f"{where} must be a table of option = value")
+    table = {k: v for k, v in table.items() if k != "gate"}  # [tool.optbench.gate]: the gate's own
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
         raise UsageProblem(

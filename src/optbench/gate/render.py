@@ -1,0 +1,101 @@
+"""The gate's outputs: a Markdown summary for a job summary or a pull-request comment, and JSON."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from optbench.gate.verdicts import IMPROVED, REGRESSED, Verdict, failed
+
+_ORDER = {REGRESSED: 0, IMPROVED: 1, "not_comparable": 2, "new": 3, "missing": 4, "unchanged": 5}
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def headline(verdicts: list[Verdict]) -> str:
+    cases = len({v.case_id for v in verdicts})
+    counts = Counter(v.verdict for v in verdicts)
+    failing = failed(verdicts)
+    state = "**FAIL**" if failing else "**pass**"
+    acknowledged = sum(1 for v in verdicts if v.verdict == REGRESSED and v.ignored)
+    parts = [f"{counts[REGRESSED] - acknowledged} regressed", f"{counts[IMPROVED]} improved"]
+    parts += [f"{counts[k]} {k.replace('_', ' ')}" for k in ("not_comparable", "new", "missing") if counts[k]]
+    if acknowledged:
+        parts.append(f"{acknowledged} acknowledged")
+    return f"optbench gate: {state} — {', '.join(parts)} (metrics of {cases} cases)"
+
+
+def environment_differences(base: pd.DataFrame, head: pd.DataFrame) -> list[str]:
+    lines = []
+    for column in (
+        "machine_fingerprint",
+        "device_name",
+        "torch_version",
+        "torchvision_version",
+        "threads",
+        "git_sha",
+    ):
+        if column in base and column in head:
+            b, h = (
+                sorted(set(base[column].dropna().astype(str))),
+                sorted(set(head[column].dropna().astype(str))),
+            )
+            if b != h:
+                lines.append(f"- `{column}`: baseline {', '.join(b) or '-'}, this run {', '.join(h) or '-'}")
+    return lines
+
+
+def noise_warnings(head: pd.DataFrame) -> list[str]:
+    if "noisy" not in head:
+        return []
+    noisy = head[head["noisy"].fillna(False).astype(bool)]
+    return [f"- `{c}`: IQR above 10% of the median in this run" for c in noisy["case_id"]]
+
+
+def markdown(
+    verdicts: list[Verdict], base: pd.DataFrame | None = None, head: pd.DataFrame | None = None
+) -> str:
+    lines = [f"## {headline(verdicts)}", ""]
+    shown = [v for v in verdicts if v.verdict != "unchanged" or v.reason]
+    if shown:
+        lines += [
+            "| case | metric | baseline | this run | ratio | 95% interval | p (corrected) | verdict |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for v in sorted(shown, key=lambda v: (_ORDER.get(v.verdict, 9), v.case_id, v.metric)):
+            interval = f"[{v.low:.3f}, {v.high:.3f}]" if v.low is not None and v.high is not None else "-"
+            p = f"{v.p_adjusted:.2g}" if v.p_adjusted is not None else "-"
+            verdict = f"**{v.verdict}**" if v.verdict == REGRESSED and not v.ignored else v.verdict
+            note = f" ({v.ignored})" if v.ignored else (f": {v.reason}" if v.reason else "")
+            lines.append(
+                f"| `{v.case_id}` | {v.metric} | {_fmt(v.base)} | {_fmt(v.head)} | {_fmt(v.ratio, 3)} | "
+                f"{interval} | {p} | {verdict}{note} |"
+            )
+    unchanged = len({v.case_id for v in verdicts}) - len({v.case_id for v in shown})
+    lines += ["", f"{unchanged} case{'' if unchanged == 1 else 's'} unchanged in every metric."]
+    if base is not None and head is not None:
+        env = environment_differences(base, head)
+        if env:
+            lines += [
+                "",
+                "**Environment differences** (absolute latency and memory are gated only on the same machine):",
+                *env,
+            ]
+        noise = noise_warnings(head)
+        if noise:
+            lines += ["", "**Noise warnings:**", *noise]
+    return "\n".join(lines) + "\n"
+
+
+def verdicts_json(verdicts: list[Verdict]) -> str:
+    payload: dict[str, Any] = {
+        "headline": headline(verdicts),
+        "failed": bool(failed(verdicts)),
+        "verdicts": [v.as_dict() for v in verdicts],
+    }
+    return json.dumps(payload, indent=2) + "\n"

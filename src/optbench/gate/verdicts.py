@@ -1,0 +1,226 @@
+"""Verdicts per case and metric, from the raw samples of a baseline run and a candidate run.
+
+Latency is judged twice: as latency normalized by the eager fp32 case of the same run (machine
+independent, like the speedup column) and, only when the machine fingerprints match, as absolute
+latency. A latency change is `regressed` only when a Mann-Whitney test, corrected for the number of
+comparisons (Holm or Benjamini-Hochberg), is significant and the change passes the threshold.
+Accuracy, size, parameters and memory are compared with a direction and a tolerance."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from optbench.gate.config import GateConfig, Thresholds
+from optbench.values import number as _num
+
+REGRESSED, IMPROVED, UNCHANGED = "regressed", "improved", "unchanged"
+NEW, MISSING, NOT_COMPARABLE = "new", "missing", "not_comparable"
+IDENTITY = ("model", "technique", "device", "mode", "batch_size", "input_shape", "weights")
+"""What makes two rows the same case."""
+CODE = ("model_code_hash", "technique_code_hash", "dtype")
+"""What, when it changed, makes the numbers of one case incomparable."""
+
+
+@dataclass
+class Verdict:
+    case_id: str
+    metric: str
+    verdict: str
+    base: float | None = None
+    head: float | None = None
+    ratio: float | None = None
+    """head / base (latency: above 1 is slower)."""
+    low: float | None = None
+    high: float | None = None
+    """95% bootstrap interval of the ratio of medians (latency only)."""
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    reason: str = ""
+    ignored: str | None = None
+    """Why a regression here is acknowledged (the ignore list); it does not fail the gate."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+
+
+def _key(row: pd.Series) -> tuple[Any, ...]:
+    return tuple(None if pd.isna(row.get(k)) else row.get(k) for k in IDENTITY)
+
+
+def _samples(row: pd.Series) -> np.ndarray:
+    values = row.get("samples_ms")
+    if values is None or (isinstance(values, float) and math.isnan(values)):
+        return np.array([])
+    return np.asarray(values, dtype=float)
+
+
+def _ratio_interval(base: np.ndarray, head: np.ndarray) -> tuple[float, float]:
+    from optbench.speedup import speedup_interval
+
+    low, high = speedup_interval(head, base)  # median(head) / median(base)
+    return low, high
+
+
+def _latency(case_id: str, metric: str, base: np.ndarray, head: np.ndarray, t: Thresholds) -> Verdict:
+    if len(base) < t.min_samples or len(head) < t.min_samples:
+        return Verdict(
+            case_id,
+            metric,
+            NOT_COMPARABLE,
+            reason=f"too few samples ({len(base)} and {len(head)}; need {t.min_samples})",
+        )
+    ratio = float(np.median(head) / np.median(base))
+    low, high = _ratio_interval(base, head)
+    p = float(stats.mannwhitneyu(base, head, alternative="two-sided").pvalue)
+    return Verdict(
+        case_id, metric, UNCHANGED, float(np.median(base)), float(np.median(head)), ratio, low, high, p
+    )
+
+
+def _correct(p_values: list[float], method: str) -> list[float]:
+    """Adjusted p-values: Holm's step-down (family-wise) or Benjamini-Hochberg (false discovery rate)."""
+    if not p_values:
+        return []
+    if method == "bh":
+        return [float(p) for p in stats.false_discovery_control(np.asarray(p_values), method="bh")]
+    order = np.argsort(p_values)
+    m = len(p_values)
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return [float(p) for p in adjusted]
+
+
+def _decide_latency(v: Verdict, t: Thresholds) -> None:
+    if v.verdict != UNCHANGED or v.ratio is None or v.p_adjusted is None:
+        return
+    significant = v.p_adjusted < t.alpha
+    slower, faster = 1 + t.latency_pct / 100, 1 / (1 + t.latency_pct / 100)
+    if significant and v.ratio > slower:
+        v.verdict, v.reason = REGRESSED, f"{(v.ratio - 1) * 100:.1f}% slower (threshold {t.latency_pct:g}%)"
+    elif significant and v.ratio < faster:
+        v.verdict, v.reason = IMPROVED, f"{(1 - v.ratio) * 100:.1f}% faster"
+        limit = t.fail_on_improvement_pct
+        if limit is not None and (1 / v.ratio - 1) * 100 > limit:
+            v.verdict = REGRESSED
+            v.reason += f", more than {limit:g}%: refresh the baseline"
+    elif v.ratio > slower or v.ratio < faster:
+        v.reason = (
+            f"a {abs(v.ratio - 1) * 100:.1f}% change, not significant (p {v.p_adjusted:.3g} after correction)"
+        )
+
+
+def _deterministic(
+    case_id: str, metric: str, base: Any, head: Any, tolerance: float, relative: bool
+) -> Verdict | None:
+    """Higher is worse for size, params and memory (relative tolerance); accuracy is handled apart."""
+    b, h = _num(base), _num(head)
+    if b is None or h is None:
+        return None
+    limit = b * (1 + tolerance / 100) if relative else b + tolerance
+    ratio = h / b if b else None
+    if h > limit:
+        return Verdict(
+            case_id,
+            metric,
+            REGRESSED,
+            b,
+            h,
+            ratio,
+            reason=f"grew past the {tolerance:g}{'%' if relative else ''} tolerance",
+        )
+    lower = b * (1 - tolerance / 100) if relative else b - tolerance
+    return Verdict(case_id, metric, IMPROVED if h < lower else UNCHANGED, b, h, ratio)
+
+
+def _accuracy(case_id: str, base: pd.Series, head: pd.Series, t: Thresholds) -> Verdict | None:
+    b, h = _num(base.get("top1")), _num(head.get("top1"))
+    if head.get("status") == "fail_accuracy" and base.get("status") != "fail_accuracy":
+        return Verdict(
+            case_id, "top1", REGRESSED, b, h, reason=f"below the accuracy floor: {head.get('reason')}"
+        )
+    if b is None or h is None:
+        return None
+    if h < b - t.accuracy_drop:
+        return Verdict(
+            case_id,
+            "top1",
+            REGRESSED,
+            b,
+            h,
+            reason=f"dropped {(b - h) * 100:.1f} points (tolerance {t.accuracy_drop * 100:g})",
+        )
+    return Verdict(case_id, "top1", IMPROVED if h > b + t.accuracy_drop else UNCHANGED, b, h)
+
+
+def compare(base: pd.DataFrame, head: pd.DataFrame, config: GateConfig | None = None) -> list[Verdict]:
+    """Every case of either run, every metric it has, with a verdict."""
+    config = config or GateConfig()
+    base_rows = {_key(r): r for _, r in base.iterrows()}
+    head_rows = {_key(r): r for _, r in head.iterrows()}
+    verdicts: list[Verdict] = []
+    latency: list[Verdict] = []
+    for key, h in head_rows.items():
+        case_id = str(h["case_id"])
+        t = config.for_case(case_id)
+        b = base_rows.get(key)
+        if b is None:
+            verdicts.append(Verdict(case_id, "case", NEW, reason="not in the baseline"))
+            continue
+        changed = [c for c in CODE if str(b.get(c)) != str(h.get(c))]
+        if changed:
+            verdicts.append(Verdict(case_id, "case", NOT_COMPARABLE, reason=f"{', '.join(changed)} changed"))
+            continue
+        if b.get("status") == "passed" and h.get("status") in ("failed", "oom", "nan_output", "diverged"):
+            verdicts.append(
+                Verdict(case_id, "status", REGRESSED, reason=f"{h.get('status')}: {h.get('reason')}")
+            )
+            continue
+        if b.get("status") != "passed" or h.get("status") not in ("passed", "fail_accuracy"):
+            verdicts.append(
+                Verdict(case_id, "status", NOT_COMPARABLE, reason=f"{b.get('status')} -> {h.get('status')}")
+            )
+            continue
+        base_s, head_s = _samples(b), _samples(h)
+        if h.get("technique") != "eager":
+            nb, nh = _num(b.get("baseline_latency_ms")), _num(h.get("baseline_latency_ms"))
+            if nb and nh:
+                latency.append(_latency(case_id, "latency_vs_eager", base_s / nb, head_s / nh, t))
+        if str(b.get("machine_fingerprint")) == str(h.get("machine_fingerprint")):
+            latency.append(_latency(case_id, "latency_ms", base_s, head_s, t))
+            memory = _deterministic(
+                case_id, "peak_mem_mb", b.get("peak_mem_mb"), h.get("peak_mem_mb"), t.memory_pct, True
+            )
+            verdicts += [memory] if memory else []
+        for metric, tolerance in (("size_compressed_bytes", t.size_pct), ("params", 0.0)):
+            found = _deterministic(case_id, metric, b.get(metric), h.get(metric), tolerance, True)
+            verdicts += [found] if found else []
+        accuracy = _accuracy(case_id, b, h, t)
+        verdicts += [accuracy] if accuracy else []
+    for key, b in base_rows.items():
+        if key not in head_rows:
+            verdicts.append(
+                Verdict(str(b["case_id"]), "case", MISSING, reason="in the baseline, not in this run")
+            )
+    tested = [v for v in latency if v.p_value is not None]
+    for v, adjusted in zip(tested, _correct([v.p_value for v in tested], config.correction), strict=True):  # type: ignore[misc]
+        v.p_adjusted = adjusted
+        _decide_latency(v, config.for_case(v.case_id))
+    verdicts += latency
+    for v in verdicts:
+        if v.verdict == REGRESSED:
+            v.ignored = config.ignored(v.case_id)
+    return sorted(verdicts, key=lambda v: (v.case_id, v.metric))
+
+
+def failed(verdicts: list[Verdict]) -> list[Verdict]:
+    """The regressions that fail the gate (not acknowledged in the ignore list)."""
+    return [v for v in verdicts if v.verdict == REGRESSED and not v.ignored]

@@ -1,0 +1,244 @@
+"""The regression gate on synthetic runs: verdicts from raw samples, corrections for many
+comparisons, deterministic metrics, configuration, Markdown, exports and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from optbench.cli import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, main
+from optbench.gate.config import GateConfig, Thresholds, parse_gate_config
+from optbench.gate.exports import bencher_metric_format, github_action_benchmark
+from optbench.gate.render import markdown, verdicts_json
+from optbench.gate.verdicts import _correct, compare, failed
+from optbench.registry import UsageProblem
+from optbench.results import ResultsWriter
+
+RNG = np.random.default_rng(0)
+
+
+def row(technique="eager", median=100.0, n=30, spread=2.0, model="m", samples=None, base_ms=100.0, **extra):
+    samples = list(samples if samples is not None else RNG.normal(median, spread, n))
+    values = {
+        "case_id": f"{model}-{technique}-cpu-bs8",
+        "model": model,
+        "technique": technique,
+        "device": "cpu",
+        "mode": "inference",
+        "batch_size": 8,
+        "input_shape": "3x224x224",
+        "weights": "trained",
+        "status": "passed",
+        "dtype": "float32",
+        "model_code_hash": "aaa",
+        "technique_code_hash": "bbb",
+        "machine_fingerprint": "fp1",
+        "samples_ms": samples,
+        "latency_ms_median": float(np.median(samples)),
+        "baseline_latency_ms": base_ms,
+        "top1": 0.95,
+        "size_compressed_bytes": 1000.0,
+        "params": 100,
+        "peak_mem_mb": 500.0,
+    }
+    values.update(extra)
+    return values
+
+
+def verdicts_of(base_rows, head_rows, config=None):
+    found = compare(pd.DataFrame(base_rows), pd.DataFrame(head_rows), config)
+    return {(v.case_id.split("-")[1], v.metric): v for v in found}, found
+
+
+def test_clear_regression_and_clear_improvement():
+    v, found = verdicts_of([row(), row("x", 50)], [row(), row("x", 65)])
+    slow = v[("x", "latency_ms")]
+    assert slow.verdict == "regressed" and slow.ratio == pytest.approx(1.3, rel=0.03)
+    assert slow.low < slow.ratio < slow.high and slow.p_adjusted < 1e-6
+    assert v[("x", "latency_vs_eager")].verdict == "regressed"
+    assert failed(found)
+    v, _ = verdicts_of([row(), row("x", 50)], [row(), row("x", 35)])
+    assert v[("x", "latency_ms")].verdict == "improved" and "% faster" in v[("x", "latency_ms")].reason
+
+
+def test_pure_noise_and_small_changes_are_unchanged():
+    v, found = verdicts_of([row(), row("x", 50, spread=5)], [row(), row("x", 50, spread=5)])
+    assert v[("x", "latency_ms")].verdict == "unchanged" and not failed(found)
+    # Significant, but 4% is under the 10% threshold.
+    v, _ = verdicts_of([row(), row("x", 50, spread=0.5)], [row(), row("x", 52, spread=0.5)])
+    assert v[("x", "latency_ms")].verdict == "unchanged"
+
+
+def test_too_few_samples_and_a_bimodal_case():
+    v, _ = verdicts_of([row(), row("x", n=3)], [row(), row("x", n=3)])
+    assert (
+        v[("x", "latency_ms")].verdict == "not_comparable"
+        and "too few samples" in v[("x", "latency_ms")].reason
+    )
+    modes = lambda: np.concatenate([RNG.normal(100, 1, 20), RNG.normal(140, 1, 20)])  # noqa: E731
+    v, _ = verdicts_of([row(), row("x", samples=modes())], [row(), row("x", samples=modes())])
+    assert v[("x", "latency_ms")].verdict == "unchanged"
+
+
+def test_another_machine_gates_only_the_ratio_to_eager():
+    base = [row(), row("x", 50)]
+    head = [
+        row(median=200, machine_fingerprint="fp2", base_ms=200),
+        row("x", 100, machine_fingerprint="fp2", base_ms=200),
+    ]
+    v, found = verdicts_of(base, head)
+    assert ("x", "latency_ms") not in v and ("x", "peak_mem_mb") not in v
+    assert v[("x", "latency_vs_eager")].verdict == "unchanged"  # twice as slow, like its eager: no regression
+    text = markdown(found, pd.DataFrame(base), pd.DataFrame(head))
+    assert "`machine_fingerprint`: baseline fp1, this run fp2" in text
+
+
+def test_changed_code_new_and_missing_cases():
+    v, _ = verdicts_of([row(), row("x")], [row(), row("x", technique_code_hash="ccc"), row("y")])
+    assert (
+        v[("x", "case")].verdict == "not_comparable"
+        and "technique_code_hash changed" in v[("x", "case")].reason
+    )
+    assert v[("y", "case")].verdict == "new"
+    v, _ = verdicts_of([row(), row("z")], [row()])
+    assert v[("z", "case")].verdict == "missing"
+
+
+def test_deterministic_metrics_have_a_direction_and_a_tolerance():
+    v, _ = verdicts_of(
+        [row(), row("x", top1=0.95, size_compressed_bytes=1000.0, params=100)],
+        [row(), row("x", top1=0.94, size_compressed_bytes=1005.0, params=90)],
+    )
+    assert v[("x", "top1")].verdict == "regressed" and "dropped 1.0 points" in v[("x", "top1")].reason
+    assert v[("x", "size_compressed_bytes")].verdict == "unchanged"  # +0.5%, within 1%
+    assert v[("x", "params")].verdict == "improved"
+    v, _ = verdicts_of([row(), row("x")], [row(), row("x", status="fail_accuracy", reason="top-1 0.5 below")])
+    assert v[("x", "top1")].verdict == "regressed" and "accuracy floor" in v[("x", "top1")].reason
+    v, _ = verdicts_of([row(), row("x")], [row(), row("x", status="failed", reason="RuntimeError: boom")])
+    assert v[("x", "status")].verdict == "regressed"
+
+
+def test_many_comparisons_are_corrected():
+    assert _correct([0.01] * 5, "holm") == pytest.approx([0.05] * 5)
+    assert _correct([0.001, 0.04, 0.03], "holm") == pytest.approx([0.003, 0.06, 0.06])
+    assert _correct([0.001, 0.04, 0.03], "bh") == pytest.approx([0.003, 0.04, 0.04])
+    # 40 cases of pure noise, gated together: no false alarm.
+    base = [row()] + [row(f"t{i}", 50, spread=5) for i in range(40)]
+    head = [row()] + [row(f"t{i}", 50, spread=5) for i in range(40)]
+    _, found = verdicts_of(base, head)
+    assert not failed(found)
+
+
+def test_configuration_overrides_and_acknowledged_regressions():
+    config = parse_gate_config(
+        {
+            "latency_pct": 20,
+            "correction": "bh",
+            "cases": {"m-x-*": {"latency_pct": 50}},
+            "ignore": {"m-y-*": "known slowdown, issue 12"},
+        }
+    )
+    assert config.thresholds.latency_pct == 20 and config.for_case("m-x-cpu-bs8").latency_pct == 50
+    v, found = verdicts_of([row(), row("x", 50), row("y", 50)], [row(), row("x", 65), row("y", 65)], config)
+    assert v[("x", "latency_ms")].verdict == "unchanged"  # 30% under its own 50%
+    assert v[("y", "latency_ms")].verdict == "regressed" and v[("y", "latency_ms")].ignored
+    assert not failed(found) and "2 acknowledged" in markdown(found)  # latency and its ratio to eager
+    stale = GateConfig(Thresholds(fail_on_improvement_pct=25))
+    v, _ = verdicts_of([row(), row("x", 50)], [row(), row("x", 30)], stale)
+    assert (
+        v[("x", "latency_ms")].verdict == "regressed"
+        and "refresh the baseline" in v[("x", "latency_ms")].reason
+    )
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ({"latency": 10}, "unknown key 'latency'"),
+        ({"latency_pct": "ten"}, "latency_pct must be a non-negative number"),
+        ({"alpha": 2}, "alpha must be between 0 and 1"),
+        ({"correction": "bonferroni"}, "correction must be 'holm' or 'bh'"),
+        ({"ignore": {"x": 3}}, ".ignore must map case-id patterns"),
+    ],
+)
+def test_bad_configuration_is_one_line(table, message):
+    with pytest.raises(UsageProblem, match=message):
+        parse_gate_config(table)
+
+
+def test_markdown_and_json_and_exports():
+    _, found = verdicts_of([row(), row("x", 50)], [row(), row("x", 65)])
+    text = markdown(found)
+    assert text.startswith("## optbench gate: **FAIL** — 2 regressed")
+    assert "| `m-x-cpu-bs8` | latency_ms | " in text and "% slower (threshold 10%)" in text
+    payload = json.loads(verdicts_json(found))
+    assert payload["failed"] is True and {v["verdict"] for v in payload["verdicts"]} >= {"regressed"}
+    frame = pd.DataFrame(
+        [
+            row(
+                speedup=1.0,
+                speedup_ci95_low=1.0,
+                speedup_ci95_high=1.0,
+                latency_ms_min=95.0,
+                latency_ms_p99=105.0,
+                latency_ms_iqr=2.0,
+                throughput=80.0,
+            )
+        ]
+    )
+    bmf = bencher_metric_format(frame)
+    assert (
+        bmf["m-eager-cpu-bs8"]["latency"]["lower_value"] == 95.0
+        and bmf["m-eager-cpu-bs8"]["speedup"]["value"] == 1.0
+    )
+    smaller = github_action_benchmark(frame)
+    assert smaller[0]["unit"] == "ms" and smaller[0]["range"] == "± 1.000"
+    assert github_action_benchmark(frame, bigger_is_better=True)[0]["unit"] == "x"
+
+
+def _run(folder, rows):
+    writer = ResultsWriter(folder)
+    for r in rows:
+        writer.append({k: v for k, v in r.items()})
+    writer.close()
+    return str(folder)
+
+
+def test_cli_exit_codes_baseline_save_and_outputs(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base = _run(tmp_path / "base", [row(), row("x", 50)])
+    same = _run(tmp_path / "same", [row(), row("x", 50)])
+    slow = _run(tmp_path / "slow", [row(), row("x", 65)])
+    assert main(["baseline", "save", base, "--name", "main"]) == EXIT_OK
+    saved = tmp_path / "results" / "baselines" / "main"
+    assert (saved / "results.jsonl").exists()
+    assert main(["compare", str(saved), same]) == EXIT_OK
+    assert "**pass**" in capsys.readouterr().out
+    outputs = {
+        flag: str(tmp_path / f"{flag.strip('-')}.out")
+        for flag in ("--markdown", "--json", "--bencher", "--smaller-is-better", "--bigger-is-better")
+    }
+    assert main(["compare", str(saved), slow, *[x for kv in outputs.items() for x in kv]]) == EXIT_REGRESSION
+    assert json.loads((tmp_path / "json.out").read_text())["failed"] is True
+    assert "m-x-cpu-bs8" in json.loads((tmp_path / "bencher.out").read_text())
+    assert main(["compare", str(tmp_path / "nope"), slow]) == EXIT_USAGE
+    assert "no such results file or folder" in capsys.readouterr().err
+    (tmp_path / "pyproject.toml").write_text("[tool.optbench.gate]\nlatency_pct = 'x'\n")
+    assert main(["compare", str(saved), slow]) == EXIT_USAGE
+    assert "latency_pct must be a non-negative number" in capsys.readouterr().err
+
+
+def test_the_gate_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, optbench.gate.verdicts, optbench.gate.render, optbench.gate.exports, "
+        "optbench.gate.config; print('torch' in sys.modules)"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    )
