@@ -242,3 +242,43 @@ def test_the_gate_imports_no_torch():
     assert (
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
     )
+
+
+def _doctor(src, dst, factor):
+    """A copy of a run whose every latency sample is `factor` times what was measured."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    lines = []
+    for line in (dst / "results.jsonl").read_text().splitlines():
+        data = json.loads(line)
+        if data.get("samples_ms"):
+            data["samples_ms"] = [s * factor for s in data["samples_ms"]]
+        lines.append(json.dumps(data))
+    (dst / "results.jsonl").write_text("\n".join(lines) + "\n")
+    return dst
+
+
+def test_pytest_bench_gates_itself_against_a_baseline(tmp_path):
+    from test_end_to_end import run_bench
+
+    args = (
+        "bench/test_inference.py", "--models", "resnet18", "--techniques", "eager,channels_last",
+        "--weights", "random", "--devices", "cpu", "--time-budget", "0.1", "--timing-shape", "task",
+        "--results-dir", str(tmp_path),
+    )  # fmt: skip
+    first = run_bench(*args, "--run-id", "first")
+    assert first.returncode == 0, first.stdout[-2000:]
+    runs = tmp_path / "runs"
+    fast = _doctor(runs / "first", tmp_path / "fast-baseline", 0.2)  # we are 5x slower than it
+    slow = _doctor(runs / "first", tmp_path / "slow-baseline", 5.0)  # we are 5x faster than it
+    regressed = run_bench(*args, "--run-id", "second", "--optbench-compare", str(fast))
+    assert regressed.returncode == 1, regressed.stdout[-3000:]
+    assert "optbench gate: **FAIL**" in regressed.stdout and (runs / "second" / "gate.md").exists()
+    assert json.loads((runs / "second" / "gate.json").read_text())["failed"] is True
+    improved = run_bench(*args, "--run-id", "third", "--optbench-compare", str(slow))
+    assert improved.returncode == 0, improved.stdout[-3000:]
+    assert "optbench gate: **pass**" in improved.stdout
+    missing = run_bench(*args, "--run-id", "fourth", "--optbench-compare", str(tmp_path / "nope"))
+    assert missing.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "--optbench-compare: no such results file or folder" in missing.stdout + missing.stderr

@@ -153,6 +153,13 @@ def add_options(parser: pytest.Parser) -> None:
         help="balance shards by the case durations of an earlier run (a run folder or results file)",
     )
     group.addoption(
+        "--optbench-compare",
+        default=None,
+        metavar="BASELINE",
+        help="gate this run against a baseline (results/baselines/NAME or a run folder) when it ends: "
+        "gate.md and gate.json in the run folder, exit status 1 on a regression",
+    )
+    group.addoption(
         "--record-accuracy-only",
         action="store_true",
         help="record fail_accuracy, nan_output and nondeterministic_baseline without failing the test",
@@ -231,6 +238,7 @@ def selection(config: pytest.Config) -> Any:
             )
         _check_training_and_pipeline(config)
         shard = _shard(config)
+        _check_gate(config)
         if not 0 < config.getoption("accuracy_floor") <= 1:
             raise UsageProblem("--accuracy-floor takes a fraction in (0, 1], e.g. 0.99")
         if config.getoption("data_dir") is not None:
@@ -290,6 +298,20 @@ def _shard(config: pytest.Config) -> Any:
         except FileNotFoundError as error:
             raise UsageProblem(f"--shard-durations: {error}") from None
     return shard
+
+
+def _check_gate(config: pytest.Config) -> None:
+    baseline = config.getoption("optbench_compare")
+    if baseline is None:
+        return
+    from optbench.gate.config import load_gate_config
+    from optbench.results import resolve
+
+    try:
+        resolve(baseline)
+    except FileNotFoundError as error:
+        raise UsageProblem(f"--optbench-compare: {error}") from None
+    load_gate_config(config.rootpath / "pyproject.toml")
 
 
 PIPELINE_CROP = 128

@@ -361,6 +361,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         run.writer.close()
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """--optbench-compare: gate the finished run against the baseline; a regression fails the session."""
+    config = session.config
+    state = config.stash.get(_STATE_KEY, {}) if hasattr(config, "stash") else {}
+    baseline = config.getoption("optbench_compare", None)
+    run = state.get("run")
+    if baseline is None or run is None or not run.rows:
+        return
+    from optbench.gate.config import load_gate_config
+    from optbench.gate.render import markdown, verdicts_json
+    from optbench.gate.verdicts import compare, failed
+    from optbench.results import load
+
+    base, head = load(baseline), load(state["run_dir"])
+    verdicts = compare(base, head, load_gate_config(config.rootpath / "pyproject.toml"))
+    text = markdown(verdicts, base, head)
+    (state["run_dir"] / "gate.md").write_text(text, encoding="utf-8")
+    (state["run_dir"] / "gate.json").write_text(verdicts_json(verdicts), encoding="utf-8")
+    state["gate"] = text
+    if failed(verdicts) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables, so ours is the last thing shown
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(_STATE_KEY, {}) if hasattr(config, "stash") else {}
@@ -383,3 +406,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line("")
     terminalreporter.write_line(f"full table: {state['run_dir'] / 'results.csv'}  ({len(run.rows)} rows)")
     terminalreporter.write_line(f"claims: {state['run_dir'] / 'claims.md'}")
+    if state.get("gate"):
+        terminalreporter.write_line("")
+        terminalreporter.write_line(state["gate"].rstrip("\n"))
+        terminalreporter.write_line(f"gate: {state['run_dir'] / 'gate.md'}, {state['run_dir'] / 'gate.json'}")
