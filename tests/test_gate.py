@@ -105,6 +105,9 @@ def test_changed_code_new_and_missing_cases():
     assert v[("y", "case")].verdict == "new"
     v, _ = verdicts_of([row(), row("z")], [row()])
     assert v[("z", "case")].verdict == "missing"
+    skipped = {"status": "skipped", "reason": "fp16_autocast does not run on cpu"}
+    v, found = verdicts_of([row(), row("s", **skipped)], [row(), row("s", **skipped)])
+    assert v[("s", "status")].verdict == "unchanged" and "m-s-cpu-bs8" not in markdown(found)
 
 
 def test_deterministic_metrics_have_a_direction_and_a_tolerance():

@@ -184,6 +184,9 @@ def compare(base: pd.DataFrame, head: pd.DataFrame, config: GateConfig | None = 
                 Verdict(case_id, "status", REGRESSED, reason=f"{h.get('status')}: {h.get('reason')}")
             )
             continue
+        if b.get("status") == h.get("status") != "passed":  # skipped (or failing) then and now
+            verdicts.append(Verdict(case_id, "status", UNCHANGED))
+            continue
         if b.get("status") != "passed" or h.get("status") not in ("passed", "fail_accuracy"):
             verdicts.append(
                 Verdict(case_id, "status", NOT_COMPARABLE, reason=f"{b.get('status')} -> {h.get('status')}")
