@@ -139,3 +139,13 @@ def test_folders_that_cannot_work_are_one_clear_line(tmp_path):
     (flat / "a.jpg").write_bytes(b"")
     with pytest.raises(UsageProblem, match="no class folders"):
         check_image_folder(flat)
+
+
+def test_a_users_folder_with_its_own_classes_feeds_the_model(state, dataset, tmp_path):
+    mine = tmp_path / "mine"
+    for f in dataset.glob("class_0[01]/*.jpg"):
+        (mine / f.parent.name).mkdir(parents=True, exist_ok=True)
+        (mine / f.parent.name / f.name).write_bytes(f.read_bytes())
+    state.pipeline = PipelineConfig(crop=32, data_dir=mine, loader_epochs=1)
+    row = CaseRunner(state).run(Case("resnet18", "eager", "cpu", 2, "data"))
+    assert row["status"] == "passed" and row["dataset_images"] == 4 and row["dataset_dir"] == str(mine)

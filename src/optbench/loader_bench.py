@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -149,14 +149,15 @@ class PipelineMeasurement:
 
 
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-_CONSUMER: dict[tuple[str, str, int, int], Step] = {}
+_CONSUMER: dict[tuple[str, str, int, int, int], Step] = {}
 """The last consumer built: the settings of one model and batch share it (its weights only move)."""
 
 
-def _consumer(case: Case, device: torch.device, crop: int) -> Step:
+def _consumer(case: Case, device: torch.device, crop: int, classes: int) -> Step:
     """A training step of the case's model, fp32 eager, seeded weights, warmed up at the batch's
-    shape, so the model's own first-call costs are not the pipeline's."""
-    key = (case.model, case.device, case.batch_size, crop)
+    shape, so the model's own first-call costs are not the pipeline's. Built for the crop (a ViT's
+    position embeddings fix its input size) and the dataset's number of classes."""
+    key = (case.model, case.device, case.batch_size, crop, classes)
     if key in _CONSUMER:
         return _CONSUMER[key]
     _CONSUMER.clear()
@@ -164,8 +165,9 @@ def _consumer(case: Case, device: torch.device, crop: int) -> Step:
     from optbench.train_step import train_step
 
     torch.manual_seed(0)
-    model = case.spec.build_model().to(device)
-    step = train_step(Prepared.eager(model, ()), device, lr=case.spec.recipe.lr)
+    spec = replace(case.spec, num_classes=classes, resolution=crop)
+    model = spec.build_model().to(device)
+    step = train_step(Prepared.eager(model, ()), device, lr=spec.recipe.lr)
 
     def run(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = step((x,), y)
@@ -182,7 +184,6 @@ def _consumer(case: Case, device: torch.device, crop: int) -> Step:
 def measure_pipeline(
     case: Case, config: PipelineConfig, time_fn: TimeFn, policy: TimingPolicy
 ) -> PipelineMeasurement:
-
     settings = settings_for(case)
     device = torch.device(case.device)
     root = config.root()
@@ -209,7 +210,8 @@ def measure_pipeline(
         columns["loader_samples_per_s"] = seen / (time.perf_counter() - started)
         del loader
 
-        step = _consumer(case, device, config.crop)
+        classes = len(getattr(dataset, "classes", ())) or case.spec.num_classes
+        step = _consumer(case, device, config.crop, classes)
         loader = make_loader(dataset, settings, case.batch_size, drop_last=True)
         batches = _epochs(loader, config.fed_epochs)
 
