@@ -717,3 +717,42 @@ def test_pretrained_weights_time_and_evaluate_at_their_own_size_and_skip_models_
     assert (
         skipped["reason"] == "--weights pretrained: torchvision has no pretrained weights for lstm_classifier"
     )
+
+
+def test_smoke_run_report_has_every_section_and_is_looked_at_in_chromium(smoke_run, tmp_path):
+    """`optbench report` on the real smoke run (inference, training and data rows), then the page
+    as a person sees it: headless Chromium loads it with no console error, every plot is drawn, the
+    recommendation names a technique of the run, and the model filter hides the other model."""
+    from browser import APT_INSTALL, Browser, chromium_missing_reason
+    from test_report import SECTIONS
+
+    from optbench.cli import main
+
+    _, results, _, _ = smoke_run
+    run = results / "runs" / "smoke"
+    out = tmp_path / "report"
+    assert main(["report", str(run), "--out", str(out)]) == 0
+    markdown = (out / "report.md").read_text()
+    for section in SECTIONS:
+        assert section in markdown
+    frame = load(run)
+    for mode in ("inference", "training", "data"):
+        assert f"| resnet18 | cpu | {mode} |" in markdown.split("## Comparison grid")[0]
+    if chromium_missing_reason():
+        pytest.skip(f"headless Chromium is needed: {chromium_missing_reason()} (CI runs `{APT_INSTALL}`)")
+    with Browser(timeout=60) as browser:
+        browser.open(out / "report.html")
+        assert browser.errors() == []
+        plots = browser.plots()
+        assert {(p.kind, p.model) for p in plots} >= {
+            (kind, model)
+            for kind in ("pareto", "latency", "size_speed", "pct_of_peak")
+            for model in ("resnet18", "lstm_classifier")
+        }
+        for plot in plots:
+            assert plot.tag == "svg" and plot.width > 100 and plot.height > 100, plot
+        named = {r.data_technique for r in browser.recommendations() if r.data_technique}
+        assert named and named <= set(frame["technique"]), named
+        visible = browser.select_filter("filter-model", "lstm_classifier")
+        assert {e.data.get("model") for e in visible if e.visible} == {"lstm_classifier"}
+        browser.screenshot(tmp_path / "report.png")

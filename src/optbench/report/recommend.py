@@ -1,0 +1,161 @@
+"""Which technique to deploy, per model, device, mode and input: the fastest one that passed within
+the accuracy floor (and a size or memory limit when given), with the runner-up and the margin.
+
+"Faster" is judged with the speedup's 95% bootstrap interval, not its point value: when the winner's
+interval overlaps the runner-up's (or holds 1.0 against eager fp32) the answer is "no clear winner"."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from optbench.values import number
+
+GROUP = ("model", "device", "mode", "batch_size", "input_shape")
+CLEAR = "recommended"
+UNCLEAR = "no clear winner"
+KEEP_EAGER = "keep eager fp32"
+NOTHING = "nothing qualifies"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a deployment allows. accuracy_floor None: each row's own floor (its status says)."""
+
+    accuracy_floor: float | None = None
+    max_size_mb: float | None = None
+    max_memory_mb: float | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    technique: str
+    speedup: float
+    low: float | None
+    high: float | None
+
+    def interval(self) -> str:
+        if self.low is None or self.high is None:
+            return f"{self.speedup:.2f}x"
+        return f"{self.speedup:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    model: str
+    device: str
+    mode: str
+    batch_size: int | None
+    input_shape: str
+    verdict: str
+    """recommended, no clear winner, keep eager fp32, or nothing qualifies."""
+    best: Candidate | None
+    runner_up: Candidate | None
+    reason: str
+    excluded: dict[str, list[str]] = field(default_factory=dict)
+    """Why techniques were left out: 'failed', 'below accuracy floor', 'over size limit', ..."""
+
+    @property
+    def technique(self) -> str | None:
+        return self.best.technique if self.best else None
+
+    @property
+    def margin(self) -> float | None:
+        """How much faster the winner is than the runner-up (1.10: 10% faster)."""
+        if self.best is None or self.runner_up is None or self.runner_up.speedup <= 0:
+            return None
+        return self.best.speedup / self.runner_up.speedup
+
+
+def _exclusion(row: pd.Series, limits: Limits) -> str | None:
+    """Why this row cannot be recommended, or None."""
+    status = row.get("status")
+    if status == "fail_accuracy" and limits.accuracy_floor is None:
+        return "below accuracy floor"
+    if status not in ("passed", "fail_accuracy"):
+        return str(status)
+    if number(row.get("speedup")) is None:
+        return "no speedup"
+    ratio = number(row.get("top1_ratio"))
+    if limits.accuracy_floor is not None and ratio is not None and ratio < limits.accuracy_floor:
+        return "below accuracy floor"
+    size = number(row.get("size_compressed_bytes"))
+    if limits.max_size_mb is not None and size is not None and size / 2**20 > limits.max_size_mb:
+        return "over size limit"
+    memory = number(row.get("peak_mem_mb"))
+    if limits.max_memory_mb is not None and memory is not None and memory > limits.max_memory_mb:
+        return "over memory limit"
+    return None
+
+
+def _candidate(row: pd.Series) -> Candidate:
+    speedup = float(row["speedup"])
+    low, high = number(row.get("speedup_ci95_low")), number(row.get("speedup_ci95_high"))
+    if row.get("technique") == "eager":
+        low = high = 1.0  # the reference itself: exactly 1 by definition
+    return Candidate(str(row["technique"]), speedup, low, high)
+
+
+def _overlap(a: Candidate, b: Candidate) -> bool:
+    """True when the intervals overlap, or either has none (then nothing is clear)."""
+    if a.low is None or b.high is None:
+        return True
+    return a.low <= b.high
+
+
+def recommend_group(rows: pd.DataFrame, limits: Limits) -> Recommendation:
+    """The recommendation for one group of rows (one model, device, mode and input)."""
+    first = rows.iloc[0]
+    excluded: dict[str, list[str]] = {}
+    candidates: list[Candidate] = []
+    for _, row in rows.iterrows():
+        why = _exclusion(row, limits)
+        if why is None:
+            candidates.append(_candidate(row))
+        else:
+            excluded.setdefault(why, []).append(str(row["technique"]))
+    candidates.sort(key=lambda c: c.speedup, reverse=True)
+    best = candidates[0] if candidates else None
+    runner = candidates[1] if len(candidates) > 1 else None
+    eager = next((c for c in candidates if c.technique == "eager"), None)
+    if best is None:
+        verdict = NOTHING
+        reason = "; ".join(f"{why}: {', '.join(names)}" for why, names in excluded.items()) or "no rows"
+    elif best.technique == "eager":
+        verdict = KEEP_EAGER
+        reason = "no technique was faster than eager fp32 within the limits"
+    elif eager is not None and best.low is not None and best.low <= 1.0:
+        verdict, runner = UNCLEAR, eager
+        reason = f"{best.technique} {best.interval()}: its interval holds 1.0, no clear gain over eager fp32"
+    elif runner is not None and _overlap(best, runner):
+        verdict = UNCLEAR
+        reason = f"{best.technique} {best.interval()} and {runner.technique} {runner.interval()} overlap"
+    else:
+        verdict = CLEAR
+        reason = f"{best.technique} {best.interval()}" + (
+            f", ahead of {runner.technique} {runner.interval()}" if runner else ""
+        )
+    batch = number(first.get("batch_size"))
+    return Recommendation(
+        model=str(first["model"]),
+        device=str(first["device"]),
+        mode=str(first.get("mode") or "inference"),
+        batch_size=None if batch is None else int(batch),
+        input_shape="" if pd.isna(first.get("input_shape")) else str(first.get("input_shape")),
+        verdict=verdict,
+        best=best,
+        runner_up=runner,
+        reason=reason,
+        excluded=excluded,
+    )
+
+
+def recommend(frame: pd.DataFrame, limits: Limits | None = None) -> list[Recommendation]:
+    """One recommendation per model, device, mode and input shape of a run, in the run's order.
+    Eager references measured only for a deselected case (selected False) are candidates too."""
+    limits = limits or Limits()
+    if frame.empty:
+        return []
+    keyed = frame.assign(**{c: frame[c].astype(object).where(frame[c].notna(), "") for c in GROUP})
+    return [recommend_group(rows, limits) for _, rows in keyed.groupby(list(GROUP), sort=False)]
