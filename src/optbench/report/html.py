@@ -26,7 +26,7 @@ td.verdict-recommended { background: #e6f4ea; } td.verdict-no.clear.winner { bac
 .filters { position: sticky; top: 0; background: #fff; padding: .5em 0; z-index: 2; }
 .filters label { margin-right: 1em; }
 .plots { display: flex; flex-wrap: wrap; gap: 1em; }
-figure.plot { margin: 0; border: 1px solid #eee; padding: .3em; width: calc(50% - 1.2em); }
+figure.plot { margin: 0; border: 1px solid #eee; padding: .3em; box-sizing: border-box; width: calc(50% - .5em); }
 figure.plot svg { display: block; max-width: 100%; height: auto; }
 figcaption { font-size: 12px; color: #555; }
 .scroll { overflow-x: auto; max-height: 40em; }

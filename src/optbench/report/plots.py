@@ -11,7 +11,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from optbench.values import number
 
@@ -167,6 +167,9 @@ def latency(rows: pd.DataFrame) -> Figure | None:
     ax.scatter(median, y, marker="|", s=80, color=_FRONT, zorder=3)
     ax.set_yticks(y, names)
     ax.set_xscale("log")
+    # Latencies of one model often lie within one decade, where a log axis shows no labelled tick.
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.invert_yaxis()
     ax.set_xlabel("latency per call (ms, log scale)")
