@@ -126,6 +126,36 @@ def test_a_sharded_run_merges_into_the_run_it_would_have_been(sharded, tmp_path,
     assert manifest.shard is None and len(manifest.merged_from) == 3
 
 
+def test_a_sharded_and_merged_run_reports_as_the_unsharded_run(sharded, tmp_path):
+    """Same recommendations (per model, device, mode, input), same grid, same cases not passed: only
+    the measured numbers differ."""
+    from optbench.report.recommend import recommend
+    from optbench.report.tables import grid, not_passed
+
+    merged = tmp_path / "merged"
+    assert main(["merge", *(str(sharded / f"part{k}") for k in (1, 2, 3)), "--out", str(merged)]) == EXIT_OK
+    out = run_bench(*RUN, "--results-dir", str(tmp_path / "results"), "--run-id", "whole")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    whole = tmp_path / "results" / "runs" / "whole"
+    for run in (merged, whole):
+        assert main(["report", str(run)]) == EXIT_OK
+    a, b = load(merged), load(whole)
+
+    def keys(frame):
+        return sorted((r.model, r.device, r.mode, r.batch_size, r.input_shape) for r in recommend(frame))
+
+    assert keys(a) == keys(b) and len(keys(a)) == 4
+    grids = grid(a), grid(b)
+    assert list(grids[0].columns) == list(grids[1].columns)
+    shape = ["model", "device", "mode", "bs"]
+    assert sorted(map(tuple, grids[0][shape].values)) == sorted(map(tuple, grids[1][shape].values))
+    assert sorted(not_passed(a)["case_id"]) == sorted(not_passed(b)["case_id"])
+    sections = [line for line in (merged / "report.md").read_text().splitlines() if line.startswith("## ")]
+    assert sections == [
+        line for line in (whole / "report.md").read_text().splitlines() if line.startswith("## ")
+    ]
+
+
 def _copy(sharded, tmp_path, name, k, **changes):
     folder = tmp_path / name
     shutil.copytree(sharded / f"part{k}", folder)
