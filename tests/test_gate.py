@@ -96,6 +96,24 @@ def test_another_machine_gates_only_the_ratio_to_eager():
     assert "`machine_fingerprint`: baseline fp1, this run fp2" in text
 
 
+def test_a_slower_machine_is_no_regression_against_the_reference_workload():
+    """The same code on a machine 1.8x slower: its reference matmul is 1.8x slower too, so
+    latency_vs_reference is unchanged; a real 30% slowdown there is still caught."""
+    base = [row(reference_ms=2.0), row("x", 50, reference_ms=2.0)]
+    head = [
+        row(median=180, machine_fingerprint="fp2", base_ms=180, reference_ms=3.6),
+        row("x", 90, machine_fingerprint="fp2", base_ms=180, reference_ms=3.6),
+    ]
+    v, found = verdicts_of(base, head)
+    assert v[("x", "latency_vs_reference")].verdict == "unchanged" and not failed(found)
+    assert v[("x", "latency_vs_reference")].ratio == pytest.approx(1.0, rel=0.03)
+    head[1] = row("x", 117, machine_fingerprint="fp2", base_ms=180, reference_ms=3.6)
+    v, found = verdicts_of(base, head)
+    assert v[("x", "latency_vs_reference")].verdict == "regressed" and failed(found)
+    v, _ = verdicts_of([row(), row("x")], [row(), row("x")])  # rows without the column: no such metric
+    assert ("x", "latency_vs_reference") not in v
+
+
 def test_changed_code_new_and_missing_cases():
     v, _ = verdicts_of([row(), row("x")], [row(), row("x", technique_code_hash="ccc"), row("y")])
     assert (

@@ -194,6 +194,11 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("technique_code_hash", "hash of the file that defines the technique"),
     ("timestamp", "when the case finished (UTC, ISO 8601)"),
     ("duration_s", "wall time of the whole case: build, prepare, warm-up, timing, costs"),
+    (
+        "reference_ms",
+        "median ms of a fixed reference workload (384x384 fp32 matmul) timed right after the case, on "
+        "its device: the gate's latency_vs_reference divides by it",
+    ),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 TECHNIQUE_COLUMNS = ("sparsity", "calibration_samples", "finetune_samples")

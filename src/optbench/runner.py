@@ -21,6 +21,7 @@ from optbench.ceilings import Ceilings
 from optbench.identity import identity, now
 from optbench.judge import ACCURACY_STATUSES, Reference, judge
 from optbench.measure import Setup, TimeFn, measure_case
+from optbench.reference import reference_ms
 from optbench.results import ResultsWriter
 from optbench.speedup import speedup_interval
 from optbench.techniques.base import DATA, TRAINING, NotApplicable
@@ -199,6 +200,7 @@ class CaseRunner:
         # measurement (tens of seconds) in its own duration.
         row["duration_s"] = time.perf_counter() - started
         if "latency_ms_median" in row and row["status"] not in ("failed", "oom"):
+            row["reference_ms"] = reference_ms(case.device)
             self._add_speedup(case, row)
             self._add_peak(case, row)
         row["timestamp"] = now()

@@ -197,6 +197,9 @@ def compare(base: pd.DataFrame, head: pd.DataFrame, config: GateConfig | None = 
             nb, nh = _num(b.get("baseline_latency_ms")), _num(h.get("baseline_latency_ms"))
             if nb and nh:
                 latency.append(_latency(case_id, "latency_vs_eager", base_s / nb, head_s / nh, t))
+        rb, rh = _num(b.get("reference_ms")), _num(h.get("reference_ms"))
+        if rb and rh:  # normalized by the fixed workload timed beside each case: machine independent
+            latency.append(_latency(case_id, "latency_vs_reference", base_s / rb, head_s / rh, t))
         if str(b.get("machine_fingerprint")) == str(h.get("machine_fingerprint")):
             latency.append(_latency(case_id, "latency_ms", base_s, head_s, t))
             memory = _deterministic(
