@@ -13,9 +13,9 @@ from optbench.cli import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, main
 from optbench.gate.config import GateConfig, Thresholds, parse_gate_config
 from optbench.gate.exports import bencher_metric_format, github_action_benchmark
 from optbench.gate.render import markdown, verdicts_json
-from optbench.gate.verdicts import _correct, compare, failed
+from optbench.gate.verdicts import _correct, apply_confirmation, compare, failed, to_confirm
 from optbench.registry import UsageProblem
-from optbench.results import ResultsWriter
+from optbench.results import ResultsWriter, load
 
 RNG = np.random.default_rng(0)
 
@@ -112,6 +112,32 @@ def test_a_slower_machine_is_no_regression_against_the_reference_workload():
     assert v[("x", "latency_vs_reference")].verdict == "regressed" and failed(found)
     v, _ = verdicts_of([row(), row("x")], [row(), row("x")])  # rows without the column: no such metric
     assert ("x", "latency_vs_reference") not in v
+
+
+def test_a_latency_regression_fails_only_when_a_second_measurement_confirms_it():
+    base = [row(), row("x", 50), row("y", 50)]
+    first = [row(), row("x", 70), row("y", 80)]  # both look slower at first
+    _, verdicts = verdicts_of(base, first)
+    assert to_confirm(verdicts) == ["m-y-cpu-bs8", "m-x-cpu-bs8"]  # worst first
+    second = compare(pd.DataFrame(base), pd.DataFrame([row(), row("x", 50.5), row("y", 81)]))
+    apply_confirmation(verdicts, second, {"m-x-cpu-bs8", "m-y-cpu-bs8"})
+    v = {(x.case_id.split("-")[1], x.metric): x for x in verdicts}
+    assert (
+        v[("y", "latency_ms")].confirmed is True
+        and "measured again: ratio 1.6" in v[("y", "latency_ms")].reason
+    )
+    assert v[("x", "latency_ms")].confirmed is False and "not confirmed" in v[("x", "latency_ms")].reason
+    assert {f.case_id for f in failed(verdicts)} == {"m-y-cpu-bs8"}
+    text = markdown(verdicts)
+    assert "2 regressed (2 confirmed by a second measurement)" in text.splitlines()[0]
+    assert "2 not confirmed" in text.splitlines()[0]
+    assert "| regressed (not confirmed): " in text and "| **regressed** (confirmed): " in text
+    # Only x measured again and refuted: the run passes; y, not measured again, still fails.
+    _, verdicts = verdicts_of(base, first)
+    apply_confirmation(verdicts, second, {"m-x-cpu-bs8"})
+    assert {f.case_id for f in failed(verdicts)} == {"m-y-cpu-bs8"}
+    assert all(x.confirmed is None for x in verdicts if x.case_id == "m-y-cpu-bs8")
+    assert json.loads(verdicts_json(verdicts))["verdicts"][0].keys() >= {"confirmed"}
 
 
 def test_changed_code_new_and_missing_cases():
@@ -296,7 +322,21 @@ def test_pytest_bench_gates_itself_against_a_baseline(tmp_path):
     regressed = run_bench(*args, "--run-id", "second", "--optbench-compare", str(fast))
     assert regressed.returncode == 1, regressed.stdout[-3000:]
     assert "optbench gate: **FAIL**" in regressed.stdout and (runs / "second" / "gate.md").exists()
-    assert json.loads((runs / "second" / "gate.json").read_text())["failed"] is True
+    gate = json.loads((runs / "second" / "gate.json").read_text())
+    assert gate["failed"] is True
+    # Measured again before failing (within the default budget): still 5x slower, so confirmed.
+    slow_latency = [
+        v for v in gate["verdicts"] if v["metric"] == "latency_ms" and v["verdict"] == "regressed"
+    ]
+    assert slow_latency and all(v["confirmed"] is True for v in slow_latency)
+    assert set(load(runs / "second" / "confirm")["case_id"]) == {v["case_id"] for v in slow_latency}
+    unconfirmed = run_bench(
+        *args, "--run-id", "fifth", "--optbench-compare", str(fast), "--gate-confirm-budget", "0"
+    )
+    assert unconfirmed.returncode == 1 and not (runs / "fifth" / "confirm").exists()
+    assert all(
+        v["confirmed"] is None for v in json.loads((runs / "fifth" / "gate.json").read_text())["verdicts"]
+    )
     improved = run_bench(*args, "--run-id", "third", "--optbench-compare", str(slow))
     assert improved.returncode == 0, improved.stdout[-3000:]
     assert "optbench gate: **pass**" in improved.stdout

@@ -160,6 +160,15 @@ def add_options(parser: pytest.Parser) -> None:
         "gate.md and gate.json in the run folder, exit status 1 on a regression",
     )
     group.addoption(
+        "--gate-confirm-budget",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="with --optbench-compare: seconds to spend measuring the latency regressions again before "
+        "failing; one not seen again is reported as unconfirmed and does not fail (0: no second look; "
+        "default 600)",
+    )
+    group.addoption(
         "--record-accuracy-only",
         action="store_true",
         help="record fail_accuracy, nan_output and nondeterministic_baseline without failing the test",
@@ -312,6 +321,10 @@ def _check_gate(config: pytest.Config) -> None:
     except FileNotFoundError as error:
         raise UsageProblem(f"--optbench-compare: {error}") from None
     load_gate_config(config.rootpath / "pyproject.toml")
+    if config.getoption("gate_confirm_budget") < 0:
+        raise UsageProblem(
+            f"--gate-confirm-budget takes seconds >= 0, got {config.getoption('gate_confirm_budget')}"
+        )
 
 
 PIPELINE_CROP = 128

@@ -371,11 +371,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     from optbench.gate.config import load_gate_config
     from optbench.gate.render import markdown, verdicts_json
-    from optbench.gate.verdicts import compare, failed
+    from optbench.gate.verdicts import apply_confirmation, compare, failed, to_confirm
     from optbench.results import load
 
     base, head = load(baseline), load(state["run_dir"])
-    verdicts = compare(base, head, load_gate_config(config.rootpath / "pyproject.toml"))
+    gate_config = load_gate_config(config.rootpath / "pyproject.toml")
+    verdicts = compare(base, head, gate_config)
+    order = to_confirm(verdicts)
+    budget = config.getoption("gate_confirm_budget", 0.0) or 0.0
+    if order and budget > 0:
+        from optbench.confirm import remeasure
+
+        cases = {
+            case.id: (case, item.originalname.removeprefix("test_"))
+            for item, case in _cases(session.items).items()
+        }
+        folder, measured = remeasure(run, cases, order, state["run_dir"], budget)
+        if measured:
+            apply_confirmation(verdicts, compare(base, load(folder), gate_config), measured)
     text = markdown(verdicts, base, head)
     (state["run_dir"] / "gate.md").write_text(text, encoding="utf-8")
     (state["run_dir"] / "gate.json").write_text(verdicts_json(verdicts), encoding="utf-8")

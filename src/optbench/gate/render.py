@@ -23,7 +23,14 @@ def headline(verdicts: list[Verdict]) -> str:
     failing = failed(verdicts)
     state = "**FAIL**" if failing else "**pass**"
     acknowledged = sum(1 for v in verdicts if v.verdict == REGRESSED and v.ignored)
-    parts = [f"{counts[REGRESSED] - acknowledged} regressed", f"{counts[IMPROVED]} improved"]
+    refuted = sum(1 for v in verdicts if v.verdict == REGRESSED and not v.ignored and v.confirmed is False)
+    confirmed = sum(1 for v in failing if v.confirmed)
+    regressed = f"{counts[REGRESSED] - acknowledged - refuted} regressed"
+    if confirmed:
+        regressed += f" ({confirmed} confirmed by a second measurement)"
+    parts = [regressed, f"{counts[IMPROVED]} improved"]
+    if refuted:
+        parts.append(f"{refuted} not confirmed")
     parts += [f"{counts[k]} {k.replace('_', ' ')}" for k in ("not_comparable", "new", "missing") if counts[k]]
     if acknowledged:
         parts.append(f"{acknowledged} acknowledged")
@@ -70,7 +77,10 @@ def markdown(
         for v in sorted(shown, key=lambda v: (_ORDER.get(v.verdict, 9), v.case_id, v.metric)):
             interval = f"[{v.low:.3f}, {v.high:.3f}]" if v.low is not None and v.high is not None else "-"
             p = f"{v.p_adjusted:.2g}" if v.p_adjusted is not None else "-"
-            verdict = f"**{v.verdict}**" if v.verdict == REGRESSED and not v.ignored else v.verdict
+            fails = v.verdict == REGRESSED and not v.ignored and v.confirmed is not False
+            verdict = f"**{v.verdict}**" if fails else v.verdict
+            if v.verdict == REGRESSED and v.confirmed is not None:
+                verdict += " (confirmed)" if v.confirmed else " (not confirmed)"
             note = f" ({v.ignored})" if v.ignored else (f": {v.reason}" if v.reason else "")
             lines.append(
                 f"| `{v.case_id}` | {v.metric} | {_fmt(v.base)} | {_fmt(v.head)} | {_fmt(v.ratio, 3)} | "

@@ -44,6 +44,9 @@ class Verdict:
     reason: str = ""
     ignored: str | None = None
     """Why a regression here is acknowledged (the ignore list); it does not fail the gate."""
+    confirmed: bool | None = None
+    """Latency regressions measured again: True when the second measurement regressed too, False
+    when it did not (then it does not fail the gate); None: not measured again."""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
@@ -228,5 +231,28 @@ def compare(base: pd.DataFrame, head: pd.DataFrame, config: GateConfig | None = 
 
 
 def failed(verdicts: list[Verdict]) -> list[Verdict]:
-    """The regressions that fail the gate (not acknowledged in the ignore list)."""
-    return [v for v in verdicts if v.verdict == REGRESSED and not v.ignored]
+    """The regressions that fail the gate: not acknowledged in the ignore list, and not refuted by a
+    second measurement."""
+    return [v for v in verdicts if v.verdict == REGRESSED and not v.ignored and v.confirmed is not False]
+
+
+def to_confirm(verdicts: list[Verdict]) -> list[str]:
+    """Case ids whose latency regressed and would fail the gate, worst first: those to measure again."""
+    flagged = [v for v in failed(verdicts) if v.metric.startswith("latency") and v.ratio is not None]
+    flagged.sort(key=lambda v: -(v.ratio or 0.0))
+    return list(dict.fromkeys(v.case_id for v in flagged))
+
+
+def apply_confirmation(verdicts: list[Verdict], second: list[Verdict], measured: set[str]) -> None:
+    """Mark each latency regression of a case in `measured` confirmed (the second measurement, against
+    the same baseline, regressed in the same metric) or not."""
+    again = {(v.case_id, v.metric): v for v in second}
+    for v in verdicts:
+        if v.verdict != REGRESSED or not v.metric.startswith("latency") or v.case_id not in measured:
+            continue
+        other = again.get((v.case_id, v.metric))
+        v.confirmed = other is not None and other.verdict == REGRESSED
+        seen = (
+            f"ratio {other.ratio:.3g}, {other.verdict}" if other is not None and other.ratio else "no result"
+        )
+        v.reason += f"; measured again: {seen}" + ("" if v.confirmed else " (not confirmed: does not fail)")
