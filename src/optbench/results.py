@@ -348,9 +348,11 @@ def load(path: str | os.PathLike[str]) -> pd.DataFrame:
     From JSONL the frame also has `samples_ms`, the raw per-round latencies."""
     file = resolve(path)
     frame = _read(file)
-    for name in COLUMN_NAMES:
-        if name not in frame.columns:
-            frame[name] = pd.NA
+    missing = [name for name in COLUMN_NAMES if name not in frame.columns]
+    if missing:  # all at once: one column at a time fragments the frame (pandas warns)
+        frame = pd.concat(
+            [frame, pd.DataFrame(pd.NA, index=frame.index, columns=missing, dtype=object)], axis=1
+        )
     for name in _INT_COLUMNS:
         frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("Int64")
     for name in _BOOL_COLUMNS:

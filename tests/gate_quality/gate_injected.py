@@ -1,0 +1,75 @@
+"""Test-only technique for measuring the gate (scripts/gate_quality.py): eager fp32 plus an injected
+change read from `gate_injection.json` beside this file, so base and head share this file's code hash
+and differ only in that data, as a change elsewhere in a project would make them differ.
+
+- "slowdown": a fraction (0.10 = 10%): each forward call also does fp32 matmuls calibrated, when the
+  technique is applied, to take that fraction of the model's own forward time;
+- "flip_every": N > 0: every N-th sample the prepared model sees gets a wrong top-1 (its logits
+  rolled by one class), about 100/N points of held-out top-1 lost.
+
+Not part of optbench: the script copies it into a scratch clone's techniques/ folder."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from optbench import Technique, register_technique
+
+_SETTINGS = Path(__file__).with_name("gate_injection.json")
+
+
+def _settings() -> dict[str, float]:
+    try:
+        return json.loads(_SETTINGS.read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def _median_ms(call, rounds: int = 7) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+@register_technique
+class GateInjected(Technique):
+    name = "gate_injected"
+    family = "baseline"
+    api = "gate_injection.json"
+    description = "test only: eager plus an injected slowdown or accuracy drop (scripts/gate_quality.py)"
+
+    def apply(self, prepared, ctx):
+        settings = _settings()
+        slowdown, flip_every = float(settings.get("slowdown", 0.0)), int(settings.get("flip_every", 0))
+        forward, inputs = prepared.forward, prepared.inputs
+        work = torch.rand(128, 128)
+        repeats = 0
+        if slowdown > 0:
+            with torch.inference_mode():
+                model_ms = _median_ms(lambda: forward(*inputs))
+                unit_ms = _median_ms(lambda: [torch.mm(work, work) for _ in range(50)]) / 50
+            repeats = max(1, round(slowdown * model_ms / unit_ms))
+        seen = [0]
+
+        def injected(*args):
+            out = forward(*args)
+            for _ in range(repeats):
+                torch.mm(work, work)
+            if flip_every and isinstance(out, torch.Tensor) and out.dim() == 2:
+                index = torch.arange(seen[0], seen[0] + out.shape[0])
+                seen[0] += out.shape[0]
+                chosen = (index % flip_every) == 0
+                if chosen.any():
+                    out = out.clone()
+                    out[chosen] = out[chosen].roll(1, dims=1)
+            return out
+
+        return prepared.then(self.api, forward=injected)
