@@ -44,9 +44,22 @@ def scratch_clone(work: Path) -> Path:
     return repo
 
 
-def trial(repo: Path, out: Path, settings: dict, rounds: int, pytest_args: list[str], cache: Path) -> dict:
+def isolated_env(repo: Path, work: Path, cache: Path) -> dict[str, str]:
+    """An environment whose Python imports optbench from the scratch clone (an editable install in a
+    scratch folder, put first by a sitecustomize: the same means `optbench ab` uses for its base),
+    so the clone's zoo is the zoo and head runs the clone's code."""
+    from optbench.gate.ab import _base_imports
+
+    (work / "head-install").mkdir(exist_ok=True)
+    os.chdir(ROOT)  # _base_imports installs only when optbench comes from the current repository
+    entries, note = _base_imports(repo, work / "head-install", dict(os.environ))
+    print(f"scratch clone {repo}, isolated install ({note})")
+    path = os.pathsep.join([*entries, *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])
+    return {**os.environ, "OPTBENCH_CACHE": str(cache), "PYTHONPATH": path}
+
+
+def trial(repo: Path, out: Path, settings: dict, rounds: int, pytest_args: list[str], env: dict) -> dict:
     (repo / "techniques" / "gate_injection.json").write_text(json.dumps(settings))
-    env = {**os.environ, "OPTBENCH_CACHE": str(cache)}
     command = [sys.executable, "-m", "optbench.cli", "ab", "--base", "HEAD", "--rounds", str(rounds)]
     command += ["--out", str(out), "--", *pytest_args]
     start = time.perf_counter()
@@ -86,6 +99,7 @@ def main() -> int:
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="optbench-gate-quality-"))
     work.mkdir(parents=True, exist_ok=True)
     repo, cache = scratch_clone(work), work / "cache"
+    env = isolated_env(repo, work, cache)
     plan = [("A/A", {"slowdown": 0, "flip_every": 0})] * args.aa
     for size in (float(s) for s in args.slowdowns.split(",") if s):
         plan += [(f"slowdown {size:.0%}", {"slowdown": size, "flip_every": 0})] * args.trials
@@ -96,11 +110,11 @@ def main() -> int:
         [sys.executable, "-m", "pytest", *warm, "--techniques", "eager", "--results-dir", str(work / "warm")],
         cwd=repo,
         capture_output=True,
-        env={**os.environ, "OPTBENCH_CACHE": str(cache)},
+        env=env,
     )
     trials = []
     for number, (kind, settings) in enumerate(plan):
-        result = trial(repo, work / "runs" / f"{number:03d}", settings, args.rounds, pytest_args, cache)
+        result = trial(repo, work / "runs" / f"{number:03d}", settings, args.rounds, pytest_args, env)
         result["kind"] = kind
         trials.append(result)
         flagged = ", ".join(result["flagged"]) or "-"
