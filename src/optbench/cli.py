@@ -166,6 +166,54 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _ab(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from optbench.gate.ab import AbOptions, run_ab
+
+    def path(value: str | None) -> Path | None:
+        return Path(value) if value else None
+
+    options = AbOptions(
+        base=args.base,
+        rounds=args.rounds,
+        out=path(args.out),
+        config=path(args.config),
+        markdown=path(args.markdown),
+        json=path(args.json),
+        pytest_args=args.pytest_args,
+        step_timeout=args.step_timeout,
+    )
+    return run_ab(options)
+
+
+def _add_ab(sub: argparse._SubParsersAction) -> None:
+    ab = sub.add_parser(
+        "ab",
+        help="A/B gate: run base ref and working tree interleaved, case by case, on this machine "
+        "(exit 1 on a regression): optbench ab --base REF -- bench/ --profile smoke",
+    )
+    ab.add_argument(
+        "--base", required=True, metavar="REF", help="the commit to compare with (e.g. origin/main)"
+    )
+    ab.add_argument("--rounds", type=int, default=3, help="rounds of every case on each side (default 3)")
+    ab.add_argument("--out", metavar="DIR", help="output folder (default: results/ab/<time>)")
+    ab.add_argument("--config", help="pyproject.toml with [tool.optbench.gate] (default: ./pyproject.toml)")
+    ab.add_argument("--markdown", metavar="FILE", help="also write the Markdown summary here")
+    ab.add_argument("--json", metavar="FILE", help="also write the verdicts as JSON here")
+    ab.add_argument(
+        "--step-timeout",
+        type=float,
+        default=1800.0,
+        metavar="S",
+        help="seconds one case may take (default 1800)",
+    )
+    ab.add_argument(
+        "pytest_args", nargs="*", help="after --: pytest arguments for both sides (default: bench/)"
+    )
+    ab.set_defaults(func=_ab)
+
+
 def _selfcheck(args: argparse.Namespace) -> int:
     from optbench.selfcheck import main as selfcheck_main
 
@@ -264,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     publishing.add_argument("--no-readme", action="store_true", help="leave the README alone")
     _limit_options(publishing)
     publishing.set_defaults(func=_publish)
+    _add_ab(sub)
     check = sub.add_parser(
         "selfcheck", help="compare optbench's timing with torch.utils.benchmark", add_help=False
     )

@@ -1,0 +1,99 @@
+"""Lockstep: a stand-alone pytest plugin that lets `optbench ab` run two pytest sessions (base and head)
+one test item at a time, in an order the driver decides.
+
+It imports only the standard library and pytest, never optbench: `optbench ab` copies this file into
+a temporary folder, puts that folder on PYTHONPATH and loads it with `-p optbench_lockstep`, so it works
+the same in a base commit whose optbench predates it. Without OPTBENCH_LOCKSTEP in the environment it
+does nothing.
+
+Protocol (JSON lines over one TCP connection to 127.0.0.1, the driver's port and token in the
+environment): after collection the session sends `hello` with its item node ids and receives a
+`schedule` (indices into those items, repeats allowed: one per round) or `abort`. Then for each
+scheduled step it waits for `go`, runs the item (setup, call, teardown) and answers `done`. After the
+last step it waits for `quit` before pytest writes its summary, so that work never overlaps the other
+session's measurement. If the driver goes away, the session stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any
+
+import pytest
+
+ENV = "OPTBENCH_LOCKSTEP"
+"""host:port:side:token of the driver."""
+
+
+class _Channel:
+    def __init__(self, spec: str) -> None:
+        host, port, self.side, self.token = spec.split(":", 3)
+        self.sock = socket.create_connection((host, int(port)), timeout=60)
+        self.sock.settimeout(None)  # the other session may measure for a long time between our steps
+        self.file = self.sock.makefile("rwb")
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.file.write(json.dumps(message).encode() + b"\n")
+        self.file.flush()
+
+    def recv(self) -> dict[str, Any]:
+        line = self.file.readline()
+        if not line:
+            pytest.exit("optbench ab: the driver went away; stopping", returncode=2)
+        return json.loads(line)
+
+    def close(self) -> None:
+        try:
+            self.file.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    spec = os.environ.get(ENV)
+    if not spec or session.config.option.collectonly:
+        return None
+    channel = _Channel(spec)
+    hello: dict[str, Any] = {"hello": channel.side, "token": channel.token, "pid": os.getpid()}
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        # Collection errors: say so, and let pytest's own loop report them and stop.
+        channel.send({**hello, "error": f"{session.testsfailed} error(s) during collection"})
+        channel.close()
+        return None
+    items = list(session.items)
+    channel.send({**hello, "items": [item.nodeid for item in items]})
+    answer = channel.recv()
+    if "abort" in answer:
+        session.shouldstop = str(answer["abort"])
+        channel.close()
+        return True
+    schedule = [int(i) for i in answer["schedule"]]
+    for step, index in enumerate(schedule):
+        channel.recv()  # "go": the other session is idle now
+        item = items[index]
+        # The item that runs next in this session decides which fixtures are torn down (a repeat of
+        # the same item keeps module and session fixtures; a test in another module tears its own down).
+        following = items[schedule[step + 1]] if step + 1 < len(schedule) else None
+        failed_before = session.testsfailed
+        started = time.perf_counter()
+        item.config.hook.pytest_runtest_protocol(item=item, nextitem=following)
+        stopped = session.shouldfail or session.shouldstop
+        channel.send(
+            {
+                "done": step,
+                "nodeid": item.nodeid,
+                "failed": session.testsfailed > failed_before,
+                "seconds": time.perf_counter() - started,
+                "stopped": str(stopped) if stopped else None,
+            }
+        )
+        if stopped:
+            break
+    channel.recv()  # "quit"
+    channel.close()
+    return True

@@ -1,0 +1,330 @@
+"""`optbench ab` for real, in throwaway git repositories: a clone of this repository with its own
+environment (optbench installed editable from the clone, as in a developer's checkout), and a user's
+repository that only uses the installed optbench. Small selections keep the whole file short."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+from user_repo import user_repo
+
+from optbench.cli import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, main
+from optbench.gate.ab import confirm_with_pairs, plan, pool
+from optbench.gate.config import GateConfig
+from optbench.gate.verdicts import IMPROVED, REGRESSED, UNCHANGED, Verdict, failed
+
+ROOT = Path(__file__).resolve().parents[1]
+# Random weights at the task shape (3x32x32) and a short time budget: a case takes about a second.
+SELECTION = (
+    "bench/test_inference.py", "--models", "resnet18", "--techniques", "eager,channels_last",
+    "--weights", "random", "--devices", "cpu", "--time-budget", "0.1", "--timing-shape", "task",
+)  # fmt: skip
+SLOWDOWN = """
+        import time
+
+        prepared.module.register_forward_pre_hook(lambda *_: time.sleep(0.02))  # injected by test_ab
+"""
+
+
+def _git(cwd: Path, *args: str) -> str:
+    out = subprocess.run(
+        ["git", "-c", "user.email=ab@test", "-c", "user.name=ab", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout
+
+
+def _state(repo: Path) -> tuple[str, str, str]:
+    """What `optbench ab` must leave as it found it: HEAD, the status (ignored files too) and the worktrees."""
+    return (
+        _git(repo, "rev-parse", "HEAD"),
+        _git(repo, "status", "--porcelain", "--ignored"),
+        _git(repo, "worktree", "list", "--porcelain"),
+    )
+
+
+def _user_git_repo(folder: Path) -> Path:
+    """A user's repository (tests/user_repo.py) with one commit."""
+    folder.mkdir()
+    repo = user_repo(folder)
+    _git(repo, "init", "--quiet")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "--quiet", "-m", "base")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # One cache for the file: the machine's ceilings are measured once, never in the user's cache.
+    return tmp_path_factory.mktemp("optbench-cache")
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(repository, python): a clone whose HEAD commit is this working tree as it is now, and an
+    environment where optbench is the clone's, editable (its dependencies are this environment's)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("needs optbench's git checkout")
+    tmp = tmp_path_factory.mktemp("ab-clone")
+    repo = tmp / "repo"
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(repo)], check=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        source, target = ROOT / name, repo / name
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        elif target.exists():
+            target.unlink()  # deleted in the working tree
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "--quiet", "--allow-empty", "-m", "the working tree under test")
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    # This environment's packages (torch, pytest ...) as a plain path entry: its own editable
+    # optbench is not activated there, since .pth files are read only in site directories.
+    (purelib / "zz_optbench_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "--target", str(purelib), "-e", str(repo)],
+        check=True,
+    )  # fmt: skip
+    where = subprocess.run(
+        [str(python), "-c", "import optbench; print(optbench.__file__)"], capture_output=True, text=True
+    )
+    assert where.stdout.strip().startswith(str(repo)), where.stdout + where.stderr
+    return repo, python
+
+
+def ab(
+    python: Path, repo: Path, cache: Path, *args: str, timeout: int = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(python), "-m", "optbench.cli", "ab", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OPTBENCH_CACHE": str(cache)},
+    )
+
+
+def _rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_plan_interleaves_and_alternates_who_goes_first():
+    steps, common = plan(["a", "b", "x"], ["a", "b", "y"], rounds=2)
+    assert common == ["a", "b"]
+    assert steps == [
+        ("base", 1, "a"), ("head", 1, "a"), ("head", 1, "b"), ("base", 1, "b"),
+        ("head", 2, "a"), ("base", 2, "a"), ("base", 2, "b"), ("head", 2, "b"),
+        ("base", 1, "x"), ("head", 1, "y"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "ratios, confirmed",
+    [
+        ([1.5, 1.4, 1.0], True),  # 2 of 3 rounds past 10%
+        ([1.5, 1.02, 0.99], False),  # one noisy round cannot fail the gate
+        ([1.3, 1.2], True),
+        ([1.3, 1.05], False),  # with 2 rounds, both must agree
+    ],
+)
+def test_a_regression_needs_most_rounds_to_agree(ratios, confirmed):
+    verdicts = [Verdict("c", "latency_ms", REGRESSED, ratio=1.3, reason="30.0% slower")]
+    confirm_with_pairs(verdicts, {"c": ratios}, GateConfig())
+    assert verdicts[0].confirmed is confirmed and bool(failed(verdicts)) is confirmed
+    assert f"of {len(ratios)} past the threshold" in verdicts[0].reason
+    faster = [Verdict("c", "latency_ms", IMPROVED, ratio=0.7)]
+    confirm_with_pairs(faster, {"c": [1 / r for r in ratios]}, GateConfig())
+    assert faster[0].verdict == (IMPROVED if confirmed else UNCHANGED)
+
+
+def test_pool_joins_the_rounds_samples_and_keeps_a_failed_round():
+    def row(case, technique, samples, status="passed", round_=1):
+        return {
+            "case_id": case, "technique": technique, "status": status, "samples_ms": samples,
+            "baseline_case_id": "m-eager", "mode": "inference", "batch_size": 2, "_round": round_,
+        }  # fmt: skip
+
+    rows = [
+        row("m-eager", "eager", [10.0, 10.0]), row("m-x", "x", [5.0, 5.0]),
+        row("m-eager", "eager", [12.0, 12.0], round_=2), row("m-x", "x", [6.0, 6.0], round_=2),
+        row("m-y", "y", [4.0], round_=1), row("m-y", "y", None, "failed", round_=2),
+    ]  # fmt: skip
+    pooled = {r["case_id"]: r for r in pool(rows, "smoke")}
+    assert pooled["m-x"]["samples_ms"] == [5.0, 5.0, 6.0, 6.0] and pooled["m-x"]["rounds"] == 4
+    assert pooled["m-x"]["latency_ms_median"] == 5.5 and pooled["m-x"]["baseline_latency_ms"] == 11.0
+    assert pooled["m-x"]["speedup"] == 2.0 and "_round" not in pooled["m-x"]
+    assert pooled["m-y"]["status"] == "failed"  # any round that did not pass decides the case
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["ab", "--base", "HEAD", "--rounds", "0"], "--rounds takes a whole number of at least 1, got 0"),
+        (["ab", "--base", "HEAD", "--", "bench/", "--run-id", "x"], "--run-id is set by optbench ab"),
+        (["ab", "--base", "HEAD", "--", "--results-dir=r"], "--results-dir is set by optbench ab"),
+    ],
+)
+def test_bad_arguments_are_one_line(argv, message, capsys):
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"optbench: error: {message}") and err.count("\n") == 1, err
+
+
+def test_missing_base_ref_is_one_line(tmp_path, cache):
+    repo = _user_git_repo(tmp_path / "user")
+    before = _state(repo)
+    result = ab(Path(sys.executable), repo, cache, "--base", "no-such-branch", "--out", str(tmp_path / "out"))
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr == (
+        "optbench: error: base ref 'no-such-branch' is not a commit in this repository "
+        "(git rev-parse found nothing)\n"
+    )
+    assert _state(repo) == before and not (tmp_path / "out").exists()
+
+
+def test_no_case_in_common_is_an_input_error(tmp_path, cache):
+    """A user's repository (optbench installed elsewhere: nothing is installed for base) whose model
+    was renamed since the base commit: the two sides share no case."""
+    repo = _user_git_repo(tmp_path / "user")
+    model = repo / "models" / "my_net.py"
+    model.write_text(model.read_text().replace('"my_net"', '"my_net2"'))
+    before = _state(repo)
+    result = ab(Path(sys.executable), repo, cache, "--base", "HEAD", "--out", str(tmp_path / "out"))
+    assert result.returncode == EXIT_USAGE, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("optbench: error:")]
+    assert len(errors) == 1 and "base and head have no case in common" in errors[0]
+    assert "my_net-eager-cpu-bs8" in errors[0] and "my_net2-eager-cpu-bs8" in errors[0]  # each side its own
+    assert "both sides use the installed optbench" in result.stderr
+    assert _state(repo) == before
+    assert not (tmp_path / "out" / "gate.md").exists()  # never a pass
+
+
+def test_identical_code_passes_and_leaves_the_tree_alone(clone, cache, tmp_path):
+    repo, python = clone
+    before = _state(repo)
+    out = tmp_path / "out"
+    # The noise of this shared machine's neighbours is not what this test is about: a wide threshold.
+    config = tmp_path / "gate.toml"
+    config.write_text("[tool.optbench.gate]\nlatency_pct = 30\n")
+    result = ab(
+        python, repo, cache, "--base", "HEAD", "--out", str(out), "--config", str(config), "--", *SELECTION
+    )
+    assert result.returncode == EXIT_OK, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "optbench gate: **pass**" in result.stdout and "### Paired rounds" in result.stdout
+    assert _state(repo) == before
+    payload = json.loads((out / "gate.json").read_text())
+    assert payload["failed"] is False and payload["ab"]["rounds"] == 3
+    assert "base runs base's optbench" in payload["ab"]["imports"]
+    assert len(payload["ab"]["paired_ratios"]["resnet18-channels_last-cpu-bs8"]) == 3
+    assert {v["metric"] for v in payload["verdicts"] if v["metric"].startswith("latency")} == {"latency_ms"}
+    for side in ("base", "head"):
+        per_round = [len(_rows(out / "rounds" / f"{side}-{r}")[0]["samples_ms"]) for r in (1, 2, 3)]
+        (pooled,) = [row for row in _rows(out / side) if row["technique"] == "eager"]
+        assert len(pooled["samples_ms"]) == sum(per_round) == pooled["rounds"]
+    assert (out / "gate.md").read_text() == result.stdout
+
+
+def test_injected_slowdown_is_caught_and_base_runs_its_own_code(clone, cache, tmp_path):
+    """Head (the working tree, uncommitted) sleeps 20 ms in every channels_last call; base (the commit)
+    does not. Caught only if base really ran the commit's optbench, not head's."""
+    repo, python = clone
+    technique = repo / "src" / "optbench" / "techniques" / "channels_last.py"
+    original = technique.read_text()
+    anchor = "        prepared.module.to(memory_format=torch.channels_last)"
+    line = next(x for x in original.splitlines(keepends=True) if x.startswith(anchor))
+    technique.write_text(original.replace(line, line + SLOWDOWN))
+    try:
+        before = _state(repo)
+        out = tmp_path / "out"
+        result = ab(
+            python, repo, cache, "--base", "HEAD", "--rounds", "2", "--out", str(out), "--", *SELECTION
+        )
+        assert _state(repo) == before
+    finally:
+        technique.write_text(original)
+    assert result.returncode == EXIT_REGRESSION, result.stdout[-3000:] + result.stderr[-3000:]
+    verdicts = json.loads((out / "gate.json").read_text())["verdicts"]
+    regressed = {(v["case_id"], v["metric"]) for v in verdicts if v["verdict"] == "regressed"}
+    assert ("resnet18-channels_last-cpu-bs8", "latency_ms") in regressed
+    assert all(case == "resnet18-channels_last-cpu-bs8" for case, _ in regressed)
+    hashes = {
+        side: {r["technique_code_hash"] for r in _rows(out / side) if r["technique"] == "channels_last"}
+        for side in ("base", "head")
+    }
+    assert len(hashes["base"]) == len(hashes["head"]) == 1 and hashes["base"] != hashes["head"]
+    assert "technique code" in result.stdout  # the code change is named, and compared anyway
+
+
+def _wait_for(stream, text: str, timeout: float) -> str:
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while text not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {text!r} after {timeout:g} s: {seen[-2000:]}"
+        ready, _, _ = select.select([stream], [], [], left)
+        if ready:
+            chunk = os.read(stream.fileno(), 4096).decode()
+            assert chunk, f"ended before {text!r}: {seen[-2000:]}"
+            seen += chunk
+    return seen
+
+
+def test_an_interrupted_run_leaves_no_worktree_and_no_session(clone, cache, tmp_path):
+    repo, python = clone
+    before = _state(repo)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [str(python), "-m", "optbench.cli", "ab", "--base", "HEAD", "--out", str(out), "--", *SELECTION],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OPTBENCH_CACHE": str(cache)},
+        # A background shell starts its jobs with SIGINT ignored: restore it, as in a terminal.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        seen = _wait_for(proc.stderr, "[1/", timeout=300)  # measuring: the first case is done
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130
+        seen += proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "interrupted; stopping both sessions and removing the base worktree" in seen
+    assert _state(repo) == before  # HEAD, status and the worktree list as before
+    temp = Path(seen.split("base's optbench (", 1)[1].split(")", 1)[0])  # .../optbench-ab-*/base/src/optbench
+    assert not temp.parents[2].exists()
+    sessions = subprocess.run(["pgrep", "-f", str(out / "raw")], capture_output=True, text=True)
+    assert sessions.stdout == "", "a pytest session outlived the driver"
+    assert not (out / "gate.md").exists()
