@@ -44,23 +44,45 @@ def scratch_clone(work: Path) -> Path:
     return repo
 
 
-def isolated_env(repo: Path, work: Path, cache: Path) -> dict[str, str]:
-    """An environment whose Python imports optbench from the scratch clone (an editable install in a
-    scratch folder, put first by a sitecustomize: the same means `optbench ab` uses for its base),
-    so the clone's zoo is the zoo and head runs the clone's code."""
-    from optbench.gate.ab import _base_imports
+def isolated_python(repo: Path, work: Path) -> str:
+    """A Python that imports optbench from the scratch clone (so the clone's zoo is the zoo and head
+    runs the clone's code) and everything else from this interpreter's environment: a venv whose
+    site-packages point at ours by a .pth line (ours' own .pth files, this checkout's editable
+    optbench among them, are not processed there; pip and setuptools come from ours too), plus the
+    clone installed editable."""
+    import site
+    import sysconfig
 
-    (work / "head-install").mkdir(exist_ok=True)
-    os.chdir(ROOT)  # _base_imports installs only when optbench comes from the current repository
-    entries, note = _base_imports(repo, work / "head-install", dict(os.environ))
-    print(f"scratch clone {repo}, isolated install ({note})")
-    path = os.pathsep.join([*entries, *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])
-    return {**os.environ, "OPTBENCH_CACHE": str(cache), "PYTHONPATH": path}
+    venv = work / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True
+    )
+    python = str(venv / "bin" / "python")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    ours = [p for p in (*site.getsitepackages(), sysconfig.get_paths()["purelib"]) if Path(p).is_dir()]
+    (Path(purelib) / "optbench_gate_quality.pth").write_text("\n".join(dict.fromkeys(ours)) + "\n")
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e", str(repo)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    found = subprocess.run(
+        [python, "-c", "import optbench; print(optbench.__file__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    print(f"scratch clone {repo}: optbench from {found}")
+    return python
 
 
-def trial(repo: Path, out: Path, settings: dict, rounds: int, pytest_args: list[str], env: dict) -> dict:
+def trial(
+    repo: Path, out: Path, settings: dict, rounds: int, pytest_args: list[str], python: str, env: dict
+) -> dict:
     (repo / "techniques" / "gate_injection.json").write_text(json.dumps(settings))
-    command = [sys.executable, "-m", "optbench.cli", "ab", "--base", "HEAD", "--rounds", str(rounds)]
+    command = [python, "-m", "optbench.cli", "ab", "--base", "HEAD", "--rounds", str(rounds)]
     command += ["--out", str(out), "--", *pytest_args]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=repo, capture_output=True, text=True, env=env)
@@ -71,12 +93,13 @@ def trial(repo: Path, out: Path, settings: dict, rounds: int, pytest_args: list[
         result["error"] = (done.stderr.strip().splitlines() or ["?"])[-1]
         return result
     verdicts = json.loads(gate.read_text())["verdicts"]
+    regressed = [v for v in verdicts if v["verdict"] == "regressed" and not v.get("ignored")]
+    # What fails the gate: regressions the paired rounds did not refute.
     result["flagged"] = sorted(
-        {
-            f"{v['case_id']}:{v['metric']}"
-            for v in verdicts
-            if v["verdict"] == "regressed" and not v.get("ignored")
-        }
+        {f"{v['case_id']}:{v['metric']}" for v in regressed if v.get("confirmed") is not False}
+    )
+    result["unconfirmed"] = sorted(
+        {f"{v['case_id']}:{v['metric']}" for v in regressed if v.get("confirmed") is False}
     )
     result["injected_caught"] = any(CASE_TECHNIQUE in f for f in result["flagged"])
     return result
@@ -99,7 +122,8 @@ def main() -> int:
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="optbench-gate-quality-"))
     work.mkdir(parents=True, exist_ok=True)
     repo, cache = scratch_clone(work), work / "cache"
-    env = isolated_env(repo, work, cache)
+    python = isolated_python(repo, work)
+    env = {**os.environ, "OPTBENCH_CACHE": str(cache)}
     plan = [("A/A", {"slowdown": 0, "flip_every": 0})] * args.aa
     for size in (float(s) for s in args.slowdowns.split(",") if s):
         plan += [(f"slowdown {size:.0%}", {"slowdown": size, "flip_every": 0})] * args.trials
@@ -107,14 +131,14 @@ def main() -> int:
     # Train the weights into the cache once, outside the measured trials (an eager-only run).
     warm = [a for a in pytest_args if a != "--techniques" and not a.startswith("eager,")]
     subprocess.run(
-        [sys.executable, "-m", "pytest", *warm, "--techniques", "eager", "--results-dir", str(work / "warm")],
+        [python, "-m", "pytest", *warm, "--techniques", "eager", "--results-dir", str(work / "warm")],
         cwd=repo,
         capture_output=True,
         env=env,
     )
     trials = []
     for number, (kind, settings) in enumerate(plan):
-        result = trial(repo, work / "runs" / f"{number:03d}", settings, args.rounds, pytest_args, env)
+        result = trial(repo, work / "runs" / f"{number:03d}", settings, args.rounds, pytest_args, python, env)
         result["kind"] = kind
         trials.append(result)
         flagged = ", ".join(result["flagged"]) or "-"
@@ -133,7 +157,7 @@ def main() -> int:
         )
     for kind in dict.fromkeys(t["kind"] for t in valid if t["kind"] != "A/A"):
         runs = [t for t in valid if t["kind"] == kind]
-        caught = sum(bool(t.get("injected_caught")) and t["exit"] == 1 for t in runs)
+        caught = sum(bool(t.get("injected_caught")) for t in runs)
         print(f"{kind}: detected in {caught} of {len(runs)} runs ({caught / len(runs):.0%})")
     walls = [t["wall_s"] for t in valid]
     if walls:
