@@ -78,11 +78,33 @@ def isolated_python(repo: Path, work: Path) -> str:
     return python
 
 
+def _injected(out: Path) -> tuple[float | None, float | None]:
+    """The slowdown the injection reached when it was calibrated (head's row), and the median paired
+    ratio the gate measured for that case."""
+    reached = paired = None
+    results = out / "head" / "results.jsonl"
+    for line in results.read_text().splitlines() if results.exists() else []:
+        row = json.loads(line)
+        if row.get("technique") == CASE_TECHNIQUE and row.get("technique_notes"):
+            reached = json.loads(row["technique_notes"]).get("injected_ratio")
+            ratios = json.loads((out / "gate.json").read_text())["ab"]["paired_ratios"].get(row["case_id"])
+            paired = statistics.median(ratios) if ratios else None
+    return reached, paired
+
+
 def trial(
-    repo: Path, out: Path, settings: dict, rounds: int, pytest_args: list[str], python: str, env: dict
+    repo: Path,
+    out: Path,
+    settings: dict,
+    rounds: int,
+    slices: int,
+    pytest_args: list[str],
+    python: str,
+    env: dict,
 ) -> dict:
     (repo / "techniques" / "gate_injection.json").write_text(json.dumps(settings))
     command = [python, "-m", "optbench.cli", "ab", "--base", "HEAD", "--rounds", str(rounds)]
+    command += ["--slices", str(slices)]
     command += ["--out", str(out), "--", *pytest_args]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=repo, capture_output=True, text=True, env=env)
@@ -102,6 +124,7 @@ def trial(
         {f"{v['case_id']}:{v['metric']}" for v in regressed if v.get("confirmed") is False}
     )
     result["injected_caught"] = any(CASE_TECHNIQUE in f for f in result["flagged"])
+    result["injected_ratio"], result["paired_median"] = _injected(out)
     return result
 
 
@@ -111,7 +134,8 @@ def main() -> int:
     parser.add_argument("--slowdowns", default="0.05,0.10,0.25", help="injected slowdowns, fractions")
     parser.add_argument("--trials", type=int, default=5, help="runs per slowdown")
     parser.add_argument("--accuracy", type=int, default=3, help="runs with a 1-point top-1 drop")
-    parser.add_argument("--rounds", type=int, default=3, help="optbench ab --rounds")
+    parser.add_argument("--rounds", type=int, default=1, help="optbench ab --rounds")
+    parser.add_argument("--slices", type=int, default=16, help="optbench ab --slices")
     parser.add_argument("--keep", metavar="DIR", help="keep every run's folder and a trials.json here")
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args()
@@ -138,12 +162,24 @@ def main() -> int:
     )
     trials = []
     for number, (kind, settings) in enumerate(plan):
-        result = trial(repo, work / "runs" / f"{number:03d}", settings, args.rounds, pytest_args, python, env)
+        result = trial(
+            repo,
+            work / "runs" / f"{number:03d}",
+            settings,
+            args.rounds,
+            args.slices,
+            pytest_args,
+            python,
+            env,
+        )
         result["kind"] = kind
         trials.append(result)
         flagged = ", ".join(result["flagged"]) or "-"
+        reached = f" calibrated {result['injected_ratio']:.3f}" if result.get("injected_ratio") else ""
+        paired = f" paired {result['paired_median']:.3f}" if result.get("paired_median") else ""
         print(
-            f"{number:3d} {kind:14s} exit {result['exit']} {result['wall_s']:6.0f} s  flagged: {flagged} {result['error']}",
+            f"{number:3d} {kind:14s} exit {result['exit']} {result['wall_s']:6.0f} s{reached}{paired}  "
+            f"flagged: {flagged} {result['error']}",
             flush=True,
         )
     (work / "trials.json").write_text(json.dumps(trials, indent=2))
@@ -158,7 +194,9 @@ def main() -> int:
     for kind in dict.fromkeys(t["kind"] for t in valid if t["kind"] != "A/A"):
         runs = [t for t in valid if t["kind"] == kind]
         caught = sum(bool(t.get("injected_caught")) for t in runs)
-        print(f"{kind}: detected in {caught} of {len(runs)} runs ({caught / len(runs):.0%})")
+        measured = [t["paired_median"] for t in runs if t.get("paired_median")]
+        seen = f"; gate's paired ratio median {statistics.median(measured):.3f}" if measured else ""
+        print(f"{kind}: detected in {caught} of {len(runs)} runs ({caught / len(runs):.0%}){seen}")
     walls = [t["wall_s"] for t in valid]
     if walls:
         print(f"optbench ab wall time per run: median {statistics.median(walls):.0f} s")

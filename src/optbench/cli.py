@@ -177,6 +177,7 @@ def _ab(args: argparse.Namespace) -> int:
     options = AbOptions(
         base=args.base,
         rounds=args.rounds,
+        slices=args.slices,
         out=path(args.out),
         config=path(args.config),
         markdown=path(args.markdown),
@@ -196,7 +197,19 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
     ab.add_argument(
         "--base", required=True, metavar="REF", help="the commit to compare with (e.g. origin/main)"
     )
-    ab.add_argument("--rounds", type=int, default=3, help="rounds of every case on each side (default 3)")
+    ab.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="sessions' passes over every case on each side (default 1; more for a base whose optbench "
+        "cannot slice its timing)",
+    )
+    ab.add_argument(
+        "--slices",
+        type=int,
+        default=16,
+        help="alternate base and head this many times within each case's timing (default 16; 1: whole cases)",
+    )
     ab.add_argument("--out", metavar="DIR", help="output folder (default: results/ab/<time>)")
     ab.add_argument("--config", help="pyproject.toml with [tool.optbench.gate] (default: ./pyproject.toml)")
     ab.add_argument("--markdown", metavar="FILE", help="also write the Markdown summary here")

@@ -7,6 +7,7 @@ thin benchmark tests that ask for `optbench_case` and hand it to `optbench_run`.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 import secrets
@@ -302,10 +303,18 @@ def _warn_weak_model(row: dict[str, Any], warned: set[str]) -> None:
         warnings.warn(weak_model_warning(row["model"], row["trained_top1"], row["target_top1"]), stacklevel=1)
 
 
+def _ab_pacer(config: pytest.Config) -> Any:
+    """Under `optbench ab`, the lockstep plugin's slicer for the running step (None otherwise): the
+    timer pauses between slices of its rounds while the other side times the same case."""
+    lockstep = config.pluginmanager.get_plugin("optbench_lockstep")
+    current = getattr(lockstep, "current_slicer", None)
+    return current() if callable(current) else None
+
+
 @pytest.fixture
 def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[Any], dict[str, Any]]:
     """Measure a case, record its row, and turn skip and failure into pytest outcomes."""
-    from optbench.runner import CaseFailed, CaseRunner, pytest_benchmark_timer
+    from optbench.runner import CaseFailed, CaseRunner, plain_timer, pytest_benchmark_timer
 
     state = request.config.stash[_STATE_KEY]["run"]
     warned: set[str] = request.config.stash[_STATE_KEY].setdefault("weak_models_warned", set())
@@ -313,7 +322,11 @@ def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[An
 
     def run(case: Any) -> dict[str, Any]:
         benchmark.group = f"{case.model} {case.device} bs{case.batch_size}"
-        time_fn = None if getattr(benchmark, "disabled", False) else pytest_benchmark_timer(benchmark)
+        pacer = _ab_pacer(request.config)
+        if getattr(benchmark, "disabled", False):
+            time_fn = None if pacer is None else functools.partial(plain_timer, pacer=pacer)
+        else:
+            time_fn = pytest_benchmark_timer(benchmark, pacer)
         try:
             row = CaseRunner(state).run(case, test=test, time_fn=time_fn)
         except CaseFailed:

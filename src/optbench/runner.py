@@ -25,7 +25,7 @@ from optbench.reference import reference_ms
 from optbench.results import ResultsWriter
 from optbench.speedup import speedup_interval
 from optbench.techniques.base import DATA, TRAINING, NotApplicable
-from optbench.timing import TimingPolicy, time_calls
+from optbench.timing import Pacer, TimingPolicy, after_rounds, time_calls
 from optbench.weights import WeightsProvider
 
 __all__ = [
@@ -38,17 +38,26 @@ __all__ = [
 ]
 
 
-def plain_timer(call: Callable[[], object], rounds: int, warmup: int) -> list[float]:
+def plain_timer(
+    call: Callable[[], object], rounds: int, warmup: int, pacer: Pacer | None = None
+) -> list[float]:
     for _ in range(warmup):
         call()
-    return time_calls(call, rounds)
+    return time_calls(call, rounds, after_rounds(call, rounds, pacer))
 
 
-def pytest_benchmark_timer(benchmark: Any) -> TimeFn:
-    """Time through pytest-benchmark's pedantic mode so its JSON, tables and comparisons see the case."""
+def pytest_benchmark_timer(benchmark: Any, pacer: Pacer | None = None) -> TimeFn:
+    """Time through pytest-benchmark's pedantic mode so its JSON, tables and comparisons see the case;
+    a pacer (`optbench ab`) gets the machine handed over between rounds, untimed."""
 
     def run(call: Callable[[], object], rounds: int, warmup: int) -> list[float]:
-        benchmark.pedantic(call, rounds=rounds, warmup_rounds=warmup, iterations=1)
+        after = after_rounds(call, rounds, pacer)
+        if after is None:
+            benchmark.pedantic(call, rounds=rounds, warmup_rounds=warmup, iterations=1)
+        else:
+            for _ in range(warmup):  # pedantic's teardown also follows warm-up rounds: warm up here
+                call()
+            benchmark.pedantic(call, rounds=rounds, iterations=1, teardown=after)
         return list(benchmark.stats.stats.data)
 
     return run

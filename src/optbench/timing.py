@@ -11,6 +11,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 from scipy import stats
@@ -49,14 +50,48 @@ class TimingPolicy:
         return replace(self, **changes)
 
 
-def time_calls(call: Callable[[], object], rounds: int) -> list[float]:
-    """Bare perf_counter loop: seconds per call."""
+def time_calls(
+    call: Callable[[], object], rounds: int, after: Callable[[], None] | None = None
+) -> list[float]:
+    """Bare perf_counter loop: seconds per call (`after` runs untimed after each call)."""
     samples = []
     for _ in range(rounds):
         start = time.perf_counter()
         call()
         samples.append(time.perf_counter() - start)
+        if after is not None:
+            after()
     return samples
+
+
+class Pacer(Protocol):
+    """Hands the machine to someone else between timing rounds (`optbench ab`'s lockstep slicer)."""
+
+    slices: int
+
+    def pause(self, samples: int) -> None: ...
+
+
+def slice_ends(rounds: int, slices: int) -> list[int]:
+    """Round counts after which to pause: `rounds` cut into `slices` near-equal parts (the end of the
+    last part is not a pause)."""
+    return sorted({round(rounds * k / slices) for k in range(1, max(1, slices))} - {0, rounds})
+
+
+def after_rounds(call: Callable[[], object], rounds: int, pacer: Pacer | None) -> Callable[..., None] | None:
+    """An untimed hook for after each timed round: at each slice end it pauses, then calls once
+    untimed so the next timed round does not pay for the caches the other side evicted."""
+    if pacer is None:
+        return None
+    ends, done = set(slice_ends(rounds, pacer.slices)), [0]
+
+    def hook(*_: object, **__: object) -> None:
+        done[0] += 1
+        if done[0] in ends:
+            pacer.pause(done[0])
+            call()
+
+    return hook
 
 
 _SETTLE_WINDOW = 3

@@ -3,7 +3,10 @@ change read from `gate_injection.json` beside this file, so base and head share 
 and differ only in that data, as a change elsewhere in a project would make them differ.
 
 - "slowdown": a fraction (0.10 = 10%): each forward call also does fp32 matmuls calibrated, when the
-  technique is applied, to take that fraction of the model's own forward time;
+  technique is applied, to take that fraction of the model's own forward time: the plain and the
+  injected forward are timed alternately and the number of matmuls corrected until the measured
+  ratio is within 1.5% of the target (at most 4 passes); the ratio reached is reported in the row's
+  technique_notes as `injected_ratio`, so the script knows what it really injected;
 - "flip_every": N > 0: every N-th sample the prepared model sees gets a wrong top-1 (its logits
   rolled by one class), about 100/N points of held-out top-1 lost.
 
@@ -30,13 +33,16 @@ def _settings() -> dict[str, float]:
         return {}
 
 
-def _median_ms(call, rounds: int = 7) -> float:
-    times = []
+def _ratio(plain, injected, rounds: int = 15) -> float:
+    """Median over rounds of injected / plain, the two timed alternately (drift hits both alike)."""
+    ratios = []
     for _ in range(rounds):
         start = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        plain()
+        middle = time.perf_counter()
+        injected()
+        ratios.append((time.perf_counter() - middle) / (middle - start))
+    return statistics.median(ratios)
 
 
 @register_technique
@@ -51,17 +57,12 @@ class GateInjected(Technique):
         slowdown, flip_every = float(settings.get("slowdown", 0.0)), int(settings.get("flip_every", 0))
         forward, inputs = prepared.forward, prepared.inputs
         work = torch.rand(128, 128)
-        repeats = 0
-        if slowdown > 0:
-            with torch.inference_mode():
-                model_ms = _median_ms(lambda: forward(*inputs))
-                unit_ms = _median_ms(lambda: [torch.mm(work, work) for _ in range(50)]) / 50
-            repeats = max(1, round(slowdown * model_ms / unit_ms))
+        state = {"repeats": 0}
         seen = [0]
 
         def injected(*args):
             out = forward(*args)
-            for _ in range(repeats):
+            for _ in range(state["repeats"]):
                 torch.mm(work, work)
             if flip_every and isinstance(out, torch.Tensor) and out.dim() == 2:
                 index = torch.arange(seen[0], seen[0] + out.shape[0])
@@ -72,4 +73,24 @@ class GateInjected(Technique):
                     out[chosen] = out[chosen].roll(1, dims=1)
             return out
 
-        return prepared.then(self.api, forward=injected)
+        columns = {}
+        if slowdown > 0:
+            with torch.inference_mode():
+                for _ in range(3):  # warm up
+                    forward(*inputs)
+                start = time.perf_counter()
+                forward(*inputs)
+                model_s = time.perf_counter() - start
+                start = time.perf_counter()
+                for _ in range(20):
+                    torch.mm(work, work)
+                unit_s = (time.perf_counter() - start) / 20
+                state["repeats"] = max(1, round(slowdown * model_s / unit_s))  # first guess, then measured
+                for _ in range(4):
+                    # The matmuls' share of the injected call, from the measured ratio, scaled to the target.
+                    reached = _ratio(lambda: forward(*inputs), lambda: injected(*inputs))
+                    if abs(reached - 1 - slowdown) < 0.015:
+                        break
+                    state["repeats"] = max(1, round(state["repeats"] * slowdown / max(reached - 1, 1e-3)))
+                columns = {"injected_ratio": round(reached, 4), "injected_matmuls": state["repeats"]}
+        return prepared.then(self.api, forward=injected, columns=columns)

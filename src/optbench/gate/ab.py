@@ -35,7 +35,8 @@ from typing import Any
 from optbench.registry import UsageProblem
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 130
-DEFAULT_ROUNDS = 3
+DEFAULT_ROUNDS = 1
+DEFAULT_SLICES = 16
 OWNED_OPTIONS = ("--results-dir", "--run-id", "--optbench-compare")
 """pytest options `optbench ab` sets itself for each side."""
 PLUGIN_MODULE = "optbench_lockstep"
@@ -51,6 +52,8 @@ NORMALIZERS = ("baseline_latency_ms", "reference_ms")
 class AbOptions:
     base: str
     rounds: int = DEFAULT_ROUNDS
+    slices: int = DEFAULT_SLICES
+    """Each case's timing rounds are cut into this many slices, base and head alternating (ABBA)."""
     out: Path | None = None
     config: Path | None = None
     markdown: Path | None = None
@@ -128,8 +131,9 @@ class Side:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def read_rows(self, round_: int, nodeid: str) -> None:
-        """Rows appended since the last step (the results file is flushed after every row)."""
+    def read_rows(self, round_: int, nodeid: str, slice_ends: list[int] | None = None) -> None:
+        """Rows appended since the last step (the results file is flushed after every row); the
+        sample counts at which the step's timer paused ride along as `_slice_ends`."""
         if not self.results.exists():
             return
         with self.results.open("rb") as handle:
@@ -139,7 +143,9 @@ class Side:
         self.offset += end
         for line in data[:end].splitlines():
             if line.strip():
-                self.rows.append({**json.loads(line), "_round": round_, "_nodeid": nodeid})
+                self.rows.append(
+                    {**json.loads(line), "_round": round_, "_nodeid": nodeid, "_slice_ends": slice_ends or []}
+                )
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -322,42 +328,23 @@ def _short(nodeid: str) -> str:
     return nodeid.split("[", 1)[1].rstrip("]") if "[" in nodeid else nodeid
 
 
-def _execute(sides: dict[str, Side], steps: list[tuple[str, int, str]], timeout: float) -> None:
+def _execute(
+    sides: dict[str, Side], steps: list[tuple[str, int, str]], timeout: float, slices: int = 0
+) -> None:
     schedules: dict[str, list[int]] = {"base": [], "head": []}
     for name, _, nodeid in steps:
         schedules[name].append(sides[name].items.index(nodeid))
     for name, side in sides.items():
         assert side.conn is not None
-        side.conn.send({"schedule": schedules[name]})
+        side.conn.send({"schedule": schedules[name], "slices": slices})
     counters = {"base": 0, "head": 0}
-    for n, (name, round_, nodeid) in enumerate(steps, 1):
-        side = sides[name]
-        if side.dead:
-            continue
-        assert side.conn is not None
-        side.conn.send({"go": counters[name]})
-        counters[name] += 1
-        done = side.conn.recv(timeout, side.alive)
-        side.read_rows(round_, nodeid)
-        if done is None:
-            side.crashed_on = nodeid
-            side.dead = (
-                f"stopped responding after {timeout:g} s on {nodeid}"
-                if side.alive()
-                else f"pytest exited (code {side.proc.poll() if side.proc else None}) while running {nodeid}"
-            )
-            print(f"optbench ab: the {name} session {side.dead} (log: {side.log})", file=sys.stderr)
-            _stop(side)
-            continue
-        outcome = "failed" if done.get("failed") else "ok"
-        print(
-            f"optbench ab: [{n}/{len(steps)}] round {round_} {name:4} {_short(nodeid)} "
-            f"{done.get('seconds', 0):.1f}s {outcome}",
-            file=sys.stderr,
-            flush=True,
-        )
-        if done.get("stopped"):
-            side.dead = f"pytest stopped early: {done['stopped']}"
+    i = 0
+    while i < len(steps):
+        name, round_, nodeid = steps[i]
+        pair = i + 1 < len(steps) and steps[i + 1][1:] == (round_, nodeid) and steps[i + 1][0] != name
+        group = [steps[i], steps[i + 1]] if pair else [steps[i]]
+        _run_together(sides, group, counters, timeout, (i + 1, len(steps)))
+        i += len(group)
     for side in sides.values():  # both finish (summary, files) only now: nothing is measuring
         if side.conn is not None and side.alive():
             with contextlib.suppress(OSError):
@@ -369,6 +356,67 @@ def _execute(sides: dict[str, Side], steps: list[tuple[str, int, str]], timeout:
             except subprocess.TimeoutExpired:
                 _stop(side)
                 side.returncode = side.proc.poll()
+
+
+def _turns(first: str, second: str) -> Iterator[str]:
+    """first, second, second, first, first, second, ...: each pair of timing slices in ABBA order, so
+    a steady drift favours neither side."""
+    while True:
+        yield from (first, second, second, first)
+
+
+def _run_together(
+    sides: dict[str, Side],
+    group: list[tuple[str, int, str]],
+    counters: dict[str, int],
+    timeout: float,
+    position: tuple[int, int],
+) -> None:
+    """Run one item on one side, or on both (the same item and round): each side runs until its timer
+    pauses at a slice end or the item is done, and the turn passes to the other side (ABBA). Only one
+    side is busy at any moment. A side whose timer never pauses runs its item in one turn."""
+    _, round_, nodeid = group[0]
+    names = [name for name, _, _ in group]
+    finished = {name: sides[name].dead is not None for name in names}
+    ends: dict[str, list[int]] = {name: [] for name in names}
+    order = _turns(names[0], names[-1])
+    while not all(finished.values()):
+        name = next(order)
+        if finished[name]:
+            continue
+        side = sides[name]
+        assert side.conn is not None
+        if not ends[name]:  # the step's first turn (later turns resume a pause)
+            side.conn.send({"go": counters[name]})
+            counters[name] += 1
+        else:
+            side.conn.send({"go": counters[name] - 1})
+        message = side.conn.recv(timeout, side.alive)
+        if message is not None and "paused" in message:
+            ends[name].append(int(message["samples"]))
+            continue
+        finished[name] = True
+        side.read_rows(round_, nodeid, ends[name])
+        if message is None:
+            side.crashed_on = nodeid
+            side.dead = (
+                f"stopped responding after {timeout:g} s on {nodeid}"
+                if side.alive()
+                else f"pytest exited (code {side.proc.poll() if side.proc else None}) while running {nodeid}"
+            )
+            print(f"optbench ab: the {name} session {side.dead} (log: {side.log})", file=sys.stderr)
+            _stop(side)
+            continue
+        outcome = "failed" if message.get("failed") else "ok"
+        sliced = f", {len(ends[name]) + 1} slices" if ends[name] else ""
+        print(
+            f"optbench ab: [{position[0]}/{position[1]}] round {round_} {name:4} {_short(nodeid)} "
+            f"{message.get('seconds', 0):.1f}s {outcome}{sliced}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if message.get("stopped"):
+            side.dead = f"pytest stopped early: {message['stopped']}"
 
 
 def _stop(side: Side) -> None:
@@ -444,8 +492,11 @@ def pool(rows: list[dict[str, Any]], profile: str | None) -> list[dict[str, Any]
 
 
 def paired_ratios(base_rows: list[dict[str, Any]], head_rows: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Per case, head's median over base's in each round both sides passed, in round order."""
+    """Per case, head's median over base's: slice by slice where both sides' timers paused alike
+    (paired slices), otherwise one ratio per round both sides passed; in round order."""
     import numpy as np
+
+    from optbench.gate.paired import slice_ratios
 
     def index(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
         return {(str(r["case_id"]), int(r["_round"])): r for r in rows}
@@ -457,8 +508,10 @@ def paired_ratios(base_rows: list[dict[str, Any]], head_rows: list[dict[str, Any
         if b is None or b.get("status") != "passed" or h.get("status") != "passed":
             continue
         bs, hs = _numbers(b), _numbers(h)
-        if bs and hs:
-            ratios.setdefault(case_id, []).append(float(np.median(hs) / np.median(bs)))
+        if not (bs and hs):
+            continue
+        sliced = slice_ratios(bs, b.get("_slice_ends") or [], hs, h.get("_slice_ends") or [])
+        ratios.setdefault(case_id, []).extend(sliced or [float(np.median(hs) / np.median(bs))])
     return ratios
 
 
@@ -551,26 +604,32 @@ def _fmt_ratios(values: list[float]) -> str:
 def _pairs_markdown(ratios: dict[str, list[float]], config: Any) -> list[str]:
     import statistics
 
+    from optbench.gate.paired import MIN_PAIRS
+
     if not ratios:
         return []
     lines = [
         "",
-        "### Paired rounds",
+        "### Paired ratios",
         "",
-        "Head's median latency over base's in each round, the two measured back to back on this machine. "
-        "A latency change fails only when the pooled samples show it and more than half of the rounds "
-        "pass the threshold.",
+        "Head's median latency over base's in each paired timing slice (or each round, where a side "
+        "could not slice), the two measured moments apart on this machine. With at least "
+        f"{MIN_PAIRS} pairs, a latency change fails only when a signed-rank test on the pairs is "
+        "significant after correction and the median ratio passes the A/B threshold; with fewer, when "
+        "the pooled samples show it and more than half of the rounds pass the threshold.",
         "",
-        "| case | ratio per round | median | rounds past the threshold |",
-        "|---|---|---|---|",
+        "| case | pairs | median | range | past the threshold |",
+        "|---|---|---|---|---|",
     ]
     for case_id in sorted(ratios):
         found = ratios[case_id]
-        slower = 1 + config.for_case(case_id).latency_pct / 100
+        t = config.for_case(case_id)
+        slower = 1 + (t.ab_latency_pct if len(found) >= MIN_PAIRS else t.latency_pct) / 100
         up, down = sum(r > slower for r in found), sum(r < 1 / slower for r in found)
         past = f"{up} slower, {down} faster" if up or down else "none"
         lines.append(
-            f"| `{case_id}` | {_fmt_ratios(found)} | {statistics.median(found):.3f} | {past} (of {len(found)}) |"
+            f"| `{case_id}` | {len(found)} | {statistics.median(found):.3f} | "
+            f"{min(found):.3f} to {max(found):.3f} | {past} |"
         )
     return lines
 
@@ -627,6 +686,8 @@ def run_ab(options: AbOptions) -> int:
 
     if options.rounds < 1:
         raise UsageProblem(f"--rounds takes a whole number of at least 1, got {options.rounds}")
+    if not 1 <= options.slices <= 1000:
+        raise UsageProblem(f"--slices takes a whole number from 1 to 1000, got {options.slices}")
     pytest_args = check_pytest_args(list(options.pytest_args))
     cwd = Path.cwd()
     top = _git(["rev-parse", "--show-toplevel"], cwd)
@@ -699,7 +760,8 @@ def run_ab(options: AbOptions) -> int:
                     )
             print(
                 f"optbench ab: base {options.base} ({base_sha[:12]}) vs head {head_sha[:12]}"
-                f"{' + uncommitted changes' if dirty else ''}, {options.rounds} rounds; {note}",
+                f"{' + uncommitted changes' if dirty else ''}, {options.rounds} round(s) of "
+                f"{options.slices} timing slices; {note}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -721,7 +783,7 @@ def run_ab(options: AbOptions) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            _execute(sides, steps, options.step_timeout)
+            _execute(sides, steps, options.step_timeout, options.slices)
     except KeyboardInterrupt:
         print(
             "optbench ab: interrupted; stopping both sessions and removing the base worktree", file=sys.stderr
@@ -760,6 +822,7 @@ class AbRun:
 
 
 def _gate(run: AbRun, config: Any) -> int:
+    from optbench.gate import paired
     from optbench.gate.render import verdicts_json
     from optbench.gate.verdicts import MISSING, REGRESSED, Verdict, compare, failed
     from optbench.results import load
@@ -789,7 +852,9 @@ def _gate(run: AbRun, config: Any) -> int:
     verdicts = compare(base_frame, head_frame, config)
     verdicts = [v for v in verdicts if not v.metric.startswith("latency") or v.metric == GATED]
     ratios = paired_ratios(base.rows, head.rows)
-    confirm_with_pairs(verdicts, ratios, config)
+    gated = [v for v in verdicts if v.metric == GATED and v.p_value is not None]
+    judged = paired.decide(gated, ratios, config.correction, config.for_case)
+    confirm_with_pairs([v for v in verdicts if v.case_id not in judged], ratios, config)
     if head.crashed_on:  # a head that crashes or hangs on a case has regressed there
         crashed = _short(head.crashed_on)
         verdicts = [v for v in verdicts if not (v.case_id == crashed and v.verdict == MISSING)]
@@ -803,6 +868,7 @@ def _gate(run: AbRun, config: Any) -> int:
         "head_sha": run.head_sha,
         "head_uncommitted_changes": run.dirty,
         "rounds": run.options.rounds,
+        "slices": run.options.slices,
         "pytest_args": run.options.pytest_args,
         "common_items": len(run.common),
         "wall_s": run.wall_s,
@@ -863,7 +929,8 @@ def _markdown(
         f"{' + uncommitted changes' if run.dirty else ''}",
         "",
         f"{rounds} round{'s' if rounds != 1 else ''}, {len(run.common)} test items on both sides, "
-        f"interleaved case by case on one machine; {run.wall_s:.0f} s in all. "
+        f"interleaved case by case on one machine, each case's timing in {run.options.slices} "
+        f"alternating slices; {run.wall_s:.0f} s in all. "
         f"{run.note[0].upper() + run.note[1:]}.",
         "",
         *_in_ab_words(markdown(verdicts, base, head)).rstrip("\n").split("\n"),

@@ -15,6 +15,9 @@ from optbench.registry import UsageProblem
 class Thresholds:
     latency_pct: float = 10.0
     """A latency change smaller than this many percent is never a regression, however significant."""
+    ab_latency_pct: float = 5.0
+    """The same for `optbench ab`, where base and head are timed in alternating slices of one case and
+    the paired ratios are tighter than two separate runs' samples (see the README's gate figures)."""
     alpha: float = 0.01
     """Family-wise significance level after correcting for the number of latency comparisons."""
     accuracy_drop: float = 0.005

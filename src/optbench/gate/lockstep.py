@@ -12,6 +12,12 @@ environment): after collection the session sends `hello` with its item node ids 
 scheduled step it waits for `go`, runs the item (setup, call, teardown) and answers `done`. After the
 last step it waits for `quit` before pytest writes its summary, so that work never overlaps the other
 session's measurement. If the driver goes away, the session stops.
+
+Timing slices: when the schedule asks for `slices` > 1, `current_slicer()` gives the running test a
+slicer; optbench's timer calls `pause(samples)` between timing rounds (untimed), which answers
+`paused` with the number of samples timed so far and waits for the next `go`. The driver uses the
+pauses to alternate base and head on one case every few samples, and the counts to pair their
+samples slice by slice. A side whose optbench does not call it simply never pauses.
 """
 
 from __future__ import annotations
@@ -26,6 +32,27 @@ import pytest
 
 ENV = "OPTBENCH_LOCKSTEP"
 """host:port:side:token of the driver."""
+
+
+class Slicer:
+    """What a test's timer needs to hand the machine to the other side between timing rounds."""
+
+    def __init__(self, channel: _Channel, step: int, slices: int) -> None:
+        self.channel, self.step, self.slices = channel, step, slices
+
+    def pause(self, samples: int) -> None:
+        self.channel.send({"paused": self.step, "samples": samples})
+        answer = self.channel.recv()
+        if "go" not in answer:
+            pytest.exit(f"optbench ab: the driver said {answer!r} during a pause; stopping", returncode=2)
+
+
+_current: Slicer | None = None
+
+
+def current_slicer() -> Slicer | None:
+    """The slicer of the running step, or None (no slicing asked for, or not under `optbench ab`)."""
+    return _current
 
 
 class _Channel:
@@ -72,7 +99,9 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         session.shouldstop = str(answer["abort"])
         channel.close()
         return True
+    global _current
     schedule = [int(i) for i in answer["schedule"]]
+    slices = int(answer.get("slices", 0))
     for step, index in enumerate(schedule):
         channel.recv()  # "go": the other session is idle now
         item = items[index]
@@ -81,7 +110,11 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         following = items[schedule[step + 1]] if step + 1 < len(schedule) else None
         failed_before = session.testsfailed
         started = time.perf_counter()
-        item.config.hook.pytest_runtest_protocol(item=item, nextitem=following)
+        _current = Slicer(channel, step, slices) if slices > 1 else None
+        try:
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=following)
+        finally:
+            _current = None
         stopped = session.shouldfail or session.shouldstop
         channel.send(
             {

@@ -1,0 +1,90 @@
+"""Paired latency verdicts for `optbench ab`: base and head time one case in alternating slices, so each
+slice k of head has a partner slice k of base measured moments apart under the same conditions.
+
+The statistic is the ratio of their medians per slice. Drift and a noisy neighbour move both members
+of a pair alike and cancel in the ratio; what is left is the change. A latency regression needs the
+Wilcoxon signed-rank test on the log ratios to be significant after the suite-wide correction (Holm
+or Benjamini-Hochberg, as in `optbench compare`), and the median ratio to pass the A/B threshold. No
+torch here."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+MIN_PAIRS = 6
+"""Fewer paired slices than this cannot reach significance after correction (the smallest two-sided
+Wilcoxon p-value with n pairs is 2 / 2**n): such cases keep the pooled test."""
+
+
+def split(samples: list[float], ends: list[int]) -> list[list[float]]:
+    """The samples of each slice, given the sample counts at which the timer paused."""
+    bounds = [0, *[e for e in ends if 0 < e < len(samples)], len(samples)]
+    return [samples[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def slice_ratios(
+    base: list[float], base_ends: list[int], head: list[float], head_ends: list[int]
+) -> list[float]:
+    """head's median over base's, slice by slice ([] when the two were not sliced alike)."""
+    b, h = split(base, base_ends), split(head, head_ends)
+    if len(b) < 2 or len(b) != len(h):
+        return []
+    return [float(np.median(y) / np.median(x)) for x, y in zip(b, h, strict=True) if np.median(x) > 0]
+
+
+def ratio_interval(ratios: list[float], seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median paired ratio."""
+    values = np.asarray(ratios, dtype=float)
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(values, size=(2000, len(values)), replace=True), axis=1)
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def signed_rank_p(ratios: list[float]) -> float:
+    """Two-sided Wilcoxon signed-rank p-value of the log ratios against no change (exact for small n)."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    if len(logs) == 0 or not np.any(logs):
+        return 1.0
+    return float(stats.wilcoxon(logs, alternative="two-sided").pvalue)
+
+
+def decide(
+    verdicts: list[Any],
+    ratios: dict[str, list[float]],
+    correction: str,
+    thresholds: Any,
+) -> set[str]:
+    """Re-judge each latency verdict whose case has at least MIN_PAIRS paired slices on the pairs:
+    ratio, interval and p from the pairs, corrected over those cases, against the A/B threshold
+    (`thresholds(case_id)` gives the case's Thresholds). Returns the case ids so judged."""
+    from optbench.gate.verdicts import IMPROVED, REGRESSED, UNCHANGED, _correct
+
+    judged = [v for v in verdicts if len(ratios.get(v.case_id, [])) >= MIN_PAIRS]
+    p_values = [signed_rank_p(ratios[v.case_id]) for v in judged]
+    for v, p, adjusted in zip(judged, p_values, _correct(p_values, correction), strict=True):
+        found = ratios[v.case_id]
+        t = thresholds(v.case_id)
+        v.ratio = float(np.median(found))
+        v.low, v.high = ratio_interval(found)
+        v.p_value, v.p_adjusted = p, adjusted
+        slower = 1 + t.ab_latency_pct / 100
+        past = sum(r > slower for r in found) if v.ratio >= 1 else sum(r < 1 / slower for r in found)
+        evidence = f"{len(found)} paired slices, {past} past the {t.ab_latency_pct:g}% threshold"
+        significant = adjusted < t.alpha
+        if significant and v.ratio > slower:
+            v.verdict, v.reason = REGRESSED, f"{(v.ratio - 1) * 100:.1f}% slower ({evidence})"
+        elif significant and v.ratio < 1 / slower:
+            v.verdict, v.reason = IMPROVED, f"{(1 - v.ratio) * 100:.1f}% faster ({evidence})"
+        else:
+            v.verdict = UNCHANGED
+            change = abs(v.ratio - 1) * 100
+            why = "not significant" if not significant else f"within the {t.ab_latency_pct:g}% threshold"
+            v.reason = f"a {change:.1f}% change, {why} (p {adjusted:.3g} after correction; {evidence})"
+        if math.isnan(v.ratio):
+            v.verdict, v.reason = UNCHANGED, "no finite paired ratio"
+    return {v.case_id for v in judged}
