@@ -25,7 +25,7 @@ from optbench.reference import reference_ms
 from optbench.results import ResultsWriter
 from optbench.speedup import speedup_interval
 from optbench.techniques.base import DATA, TRAINING, NotApplicable
-from optbench.timing import Pacer, TimingPolicy, after_rounds, time_calls
+from optbench.timing import Pacer, TimingPolicy, after_rounds, paced_rounds, time_calls
 from optbench.weights import WeightsProvider
 
 __all__ = [
@@ -43,6 +43,7 @@ def plain_timer(
 ) -> list[float]:
     for _ in range(warmup):
         call()
+    rounds = paced_rounds(rounds, pacer)
     return time_calls(call, rounds, after_rounds(call, rounds, pacer))
 
 
@@ -51,6 +52,7 @@ def pytest_benchmark_timer(benchmark: Any, pacer: Pacer | None = None) -> TimeFn
     a pacer (`optbench ab`) gets the machine handed over between rounds, untimed."""
 
     def run(call: Callable[[], object], rounds: int, warmup: int) -> list[float]:
+        rounds = paced_rounds(rounds, pacer)
         after = after_rounds(call, rounds, pacer)
         if after is None:
             benchmark.pedantic(call, rounds=rounds, warmup_rounds=warmup, iterations=1)

@@ -78,6 +78,12 @@ def slice_ends(rounds: int, slices: int) -> list[int]:
     return sorted({round(rounds * k / slices) for k in range(1, max(1, slices))} - {0, rounds})
 
 
+def paced_rounds(rounds: int, pacer: Pacer | None) -> int:
+    """At least one round per slice when paced, so both sides of `optbench ab` cut their timing into
+    the same number of slices (the pairs) even when their pilots planned different round counts."""
+    return max(rounds, pacer.slices) if pacer is not None else rounds
+
+
 def after_rounds(call: Callable[[], object], rounds: int, pacer: Pacer | None) -> Callable[..., None] | None:
     """An untimed hook for after each timed round: at each slice end it pauses, then calls once
     untimed so the next timed round does not pay for the caches the other side evicted."""
