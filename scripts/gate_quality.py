@@ -108,6 +108,8 @@ def trial(
     command += ["--out", str(out), "--", *pytest_args]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=repo, capture_output=True, text=True, env=env)
+    if out.is_dir():
+        (out / "ab.stderr").write_text(done.stderr)
     wall = time.perf_counter() - start
     result = {"settings": settings, "exit": done.returncode, "wall_s": wall, "flagged": [], "error": ""}
     gate = out / "gate.json"
@@ -160,6 +162,19 @@ def main() -> int:
         capture_output=True,
         env=env,
     )
+    # The plain run of the same selection, timed as the A/B runs are (a fresh process, warm caches):
+    # the yardstick for the gate's cost.
+    plain = []
+    for _ in range(2):
+        start = time.perf_counter()
+        subprocess.run(
+            [python, "-m", "pytest", *pytest_args, "--results-dir", str(work / "plain")],
+            cwd=repo,
+            capture_output=True,
+            env=env,
+        )
+        plain.append(time.perf_counter() - start)
+    print(f"plain pytest on the selection: {', '.join(f'{s:.0f} s' for s in plain)}", flush=True)
     trials = []
     for number, (kind, settings) in enumerate(plan):
         result = trial(
@@ -197,9 +212,13 @@ def main() -> int:
         measured = [t["paired_median"] for t in runs if t.get("paired_median")]
         seen = f"; gate's paired ratio median {statistics.median(measured):.3f}" if measured else ""
         print(f"{kind}: detected in {caught} of {len(runs)} runs ({caught / len(runs):.0%}){seen}")
-    walls = [t["wall_s"] for t in valid]
+    walls = [t["wall_s"] for t in aa]  # A/A: no calibration of an injected slowdown in the way
     if walls:
-        print(f"optbench ab wall time per run: median {statistics.median(walls):.0f} s")
+        ab_wall, plain_wall = statistics.median(walls), statistics.median(plain)
+        print(
+            f"optbench ab wall time per run: median {ab_wall:.0f} s, {ab_wall / plain_wall:.1f}x the plain "
+            f"run ({plain_wall:.0f} s): the gate adds {ab_wall / plain_wall - 1:.1f}x"
+        )
     errors = [t for t in trials if t["error"]]
     if errors:
         print(f"{len(errors)} runs ended without verdicts (not counted): {errors[0]['error']}")

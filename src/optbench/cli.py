@@ -178,6 +178,7 @@ def _ab(args: argparse.Namespace) -> int:
         base=args.base,
         rounds=args.rounds,
         slices=args.slices,
+        slice_rounds=args.slice_rounds,
         out=path(args.out),
         config=path(args.config),
         markdown=path(args.markdown),
@@ -209,6 +210,12 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=16,
         help="alternate base and head this many times within each case's timing (default 16; 1: whole cases)",
+    )
+    ab.add_argument(
+        "--slice-rounds",
+        type=int,
+        default=3,
+        help="time at least this many rounds per slice (default 3: a case is timed at least 48 rounds)",
     )
     ab.add_argument("--out", metavar="DIR", help="output folder (default: results/ab/<time>)")
     ab.add_argument("--config", help="pyproject.toml with [tool.optbench.gate] (default: ./pyproject.toml)")

@@ -68,6 +68,7 @@ class Pacer(Protocol):
     """Hands the machine to someone else between timing rounds (`optbench ab`'s lockstep slicer)."""
 
     slices: int
+    rounds_per_slice: int
 
     def pause(self, samples: int) -> None: ...
 
@@ -79,9 +80,12 @@ def slice_ends(rounds: int, slices: int) -> list[int]:
 
 
 def paced_rounds(rounds: int, pacer: Pacer | None) -> int:
-    """At least one round per slice when paced, so both sides of `optbench ab` cut their timing into
-    the same number of slices (the pairs) even when their pilots planned different round counts."""
-    return max(rounds, pacer.slices) if pacer is not None else rounds
+    """At least `rounds_per_slice` rounds per slice when paced: both sides of `optbench ab` then cut
+    their timing into the same number of slices (the pairs) even when their pilots planned different
+    round counts, and each slice's median stands on more than one sample."""
+    if pacer is None:
+        return rounds
+    return max(rounds, pacer.slices * max(1, getattr(pacer, "rounds_per_slice", 1)))
 
 
 def after_rounds(call: Callable[[], object], rounds: int, pacer: Pacer | None) -> Callable[..., None] | None:

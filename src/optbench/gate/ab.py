@@ -37,6 +37,7 @@ from optbench.registry import UsageProblem
 EXIT_OK, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 130
 DEFAULT_ROUNDS = 1
 DEFAULT_SLICES = 16
+DEFAULT_SLICE_ROUNDS = 3
 OWNED_OPTIONS = ("--results-dir", "--run-id", "--optbench-compare")
 """pytest options `optbench ab` sets itself for each side."""
 PLUGIN_MODULE = "optbench_lockstep"
@@ -54,6 +55,8 @@ class AbOptions:
     rounds: int = DEFAULT_ROUNDS
     slices: int = DEFAULT_SLICES
     """Each case's timing rounds are cut into this many slices, base and head alternating (ABBA)."""
+    slice_rounds: int = DEFAULT_SLICE_ROUNDS
+    """... each of at least this many timing rounds (a case is timed at least slices x this)."""
     out: Path | None = None
     config: Path | None = None
     markdown: Path | None = None
@@ -329,14 +332,18 @@ def _short(nodeid: str) -> str:
 
 
 def _execute(
-    sides: dict[str, Side], steps: list[tuple[str, int, str]], timeout: float, slices: int = 0
+    sides: dict[str, Side],
+    steps: list[tuple[str, int, str]],
+    timeout: float,
+    slices: int = 0,
+    slice_rounds: int = 1,
 ) -> None:
     schedules: dict[str, list[int]] = {"base": [], "head": []}
     for name, _, nodeid in steps:
         schedules[name].append(sides[name].items.index(nodeid))
     for name, side in sides.items():
         assert side.conn is not None
-        side.conn.send({"schedule": schedules[name], "slices": slices})
+        side.conn.send({"schedule": schedules[name], "slices": slices, "rounds_per_slice": slice_rounds})
     counters = {"base": 0, "head": 0}
     i = 0
     while i < len(steps):
@@ -688,6 +695,8 @@ def run_ab(options: AbOptions) -> int:
         raise UsageProblem(f"--rounds takes a whole number of at least 1, got {options.rounds}")
     if not 1 <= options.slices <= 1000:
         raise UsageProblem(f"--slices takes a whole number from 1 to 1000, got {options.slices}")
+    if not 1 <= options.slice_rounds <= 1000:
+        raise UsageProblem(f"--slice-rounds takes a whole number from 1 to 1000, got {options.slice_rounds}")
     pytest_args = check_pytest_args(list(options.pytest_args))
     cwd = Path.cwd()
     top = _git(["rev-parse", "--show-toplevel"], cwd)
@@ -783,7 +792,7 @@ def run_ab(options: AbOptions) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            _execute(sides, steps, options.step_timeout, options.slices)
+            _execute(sides, steps, options.step_timeout, options.slices, options.slice_rounds)
     except KeyboardInterrupt:
         print(
             "optbench ab: interrupted; stopping both sessions and removing the base worktree", file=sys.stderr
@@ -869,6 +878,7 @@ def _gate(run: AbRun, config: Any) -> int:
         "head_uncommitted_changes": run.dirty,
         "rounds": run.options.rounds,
         "slices": run.options.slices,
+        "slice_rounds": run.options.slice_rounds,
         "pytest_args": run.options.pytest_args,
         "common_items": len(run.common),
         "wall_s": run.wall_s,

@@ -14,7 +14,7 @@ last step it waits for `quit` before pytest writes its summary, so that work nev
 session's measurement. If the driver goes away, the session stops.
 
 Timing slices: when the schedule asks for `slices` > 1, `current_slicer()` gives the running test a
-slicer; optbench's timer calls `pause(samples)` between timing rounds (untimed), which answers
+slicer; optbench's timer times at least `slices` x `rounds_per_slice` rounds and calls `pause(samples)` between timing rounds (untimed), which answers
 `paused` with the number of samples timed so far and waits for the next `go`. The driver uses the
 pauses to alternate base and head on one case every few samples, and the counts to pair their
 samples slice by slice. A side whose optbench does not call it simply never pauses.
@@ -37,8 +37,10 @@ ENV = "OPTBENCH_LOCKSTEP"
 class Slicer:
     """What a test's timer needs to hand the machine to the other side between timing rounds."""
 
-    def __init__(self, channel: _Channel, step: int, slices: int) -> None:
+    def __init__(self, channel: _Channel, step: int, slices: int, rounds_per_slice: int = 1) -> None:
         self.channel, self.step, self.slices = channel, step, slices
+        self.rounds_per_slice = rounds_per_slice
+        """The timer times at least slices x this many rounds."""
 
     def pause(self, samples: int) -> None:
         self.channel.send({"paused": self.step, "samples": samples})
@@ -102,6 +104,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     global _current
     schedule = [int(i) for i in answer["schedule"]]
     slices = int(answer.get("slices", 0))
+    rounds_per_slice = int(answer.get("rounds_per_slice", 1))
     for step, index in enumerate(schedule):
         channel.recv()  # "go": the other session is idle now
         item = items[index]
@@ -110,7 +113,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         following = items[schedule[step + 1]] if step + 1 < len(schedule) else None
         failed_before = session.testsfailed
         started = time.perf_counter()
-        _current = Slicer(channel, step, slices) if slices > 1 else None
+        _current = Slicer(channel, step, slices, rounds_per_slice) if slices > 1 else None
         try:
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=following)
         finally:
