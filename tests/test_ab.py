@@ -19,9 +19,7 @@ import pytest
 from user_repo import user_repo
 
 from optbench.cli import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, main
-from optbench.gate.ab import confirm_with_pairs, plan, pool
-from optbench.gate.config import GateConfig
-from optbench.gate.verdicts import IMPROVED, REGRESSED, UNCHANGED, Verdict, failed
+from optbench.gate.ab import plan, pool
 
 ROOT = Path(__file__).resolve().parents[1]
 # Random weights at the task shape (3x32x32) and a short time budget: a case takes about a second.
@@ -149,25 +147,6 @@ def test_plan_interleaves_and_alternates_who_goes_first():
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "ratios, confirmed",
-    [
-        ([1.5, 1.4, 1.0], True),  # 2 of 3 rounds past 10%
-        ([1.5, 1.02, 0.99], False),  # one noisy round cannot fail the gate
-        ([1.3, 1.2], True),
-        ([1.3, 1.05], False),  # with 2 rounds, both must agree
-    ],
-)
-def test_a_regression_needs_most_rounds_to_agree(ratios, confirmed):
-    verdicts = [Verdict("c", "latency_ms", REGRESSED, ratio=1.3, reason="30.0% slower")]
-    confirm_with_pairs(verdicts, {"c": ratios}, GateConfig())
-    assert verdicts[0].confirmed is confirmed and bool(failed(verdicts)) is confirmed
-    assert f"of {len(ratios)} past the threshold" in verdicts[0].reason
-    faster = [Verdict("c", "latency_ms", IMPROVED, ratio=0.7)]
-    confirm_with_pairs(faster, {"c": [1 / r for r in ratios]}, GateConfig())
-    assert faster[0].verdict == (IMPROVED if confirmed else UNCHANGED)
-
-
 def test_pool_joins_the_rounds_samples_and_keeps_a_failed_round():
     def row(case, technique, samples, status="passed", round_=1):
         return {
@@ -191,6 +170,11 @@ def test_pool_joins_the_rounds_samples_and_keeps_a_failed_round():
     "argv, message",
     [
         (["ab", "--base", "HEAD", "--rounds", "0"], "--rounds takes a whole number of at least 1, got 0"),
+        (["ab", "--base", "HEAD", "--slices", "0"], "--slices takes a whole number from 1 to 1000, got 0"),
+        (
+            ["ab", "--base", "HEAD", "--slice-rounds", "0"],
+            "--slice-rounds takes a whole number from 1 to 1000, got 0",
+        ),
         (["ab", "--base", "HEAD", "--", "bench/", "--run-id", "x"], "--run-id is set by optbench ab"),
         (["ab", "--base", "HEAD", "--", "--results-dir=r"], "--results-dir is set by optbench ab"),
     ],
@@ -253,7 +237,7 @@ def test_identical_code_passes_and_leaves_the_tree_alone(clone, cache, tmp_path)
     assert payload["ab"]["slice_rounds"] == 3
     latency = [v for v in payload["verdicts"] if v["metric"].startswith("latency")]
     assert {v["metric"] for v in latency} == {"latency_ms"}
-    assert latency and all("16 paired slices" in v["reason"] for v in latency)
+    assert latency and all("16 pairs" in v["reason"] for v in latency)
     for side in ("base", "head"):
         (raw,) = [r for r in _rows(out / "rounds" / f"{side}-1") if r["technique"] == "eager"]
         (pooled,) = [row for row in _rows(out / side) if row["technique"] == "eager"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optbench.gate.ab import paired_ratios
+from optbench.gate.ab import paired_slices
 from optbench.gate.config import GateConfig, Thresholds
-from optbench.gate.paired import MIN_PAIRS, decide, signed_rank_p, slice_ratios, split
+from optbench.gate.paired import Pair, decide, pair_slices, ratios, split, stratified_p
 from optbench.gate.verdicts import IMPROVED, REGRESSED, UNCHANGED, Verdict
 from optbench.runner import plain_timer
 from optbench.timing import after_rounds, paced_rounds, slice_ends
@@ -45,14 +45,15 @@ def test_paced_timing_has_a_round_per_slice_and_pauses_between_slices():
     assert paced_rounds(2, FakePacer(4, rounds_per_slice=3)) == 12 and paced_rounds(20, FakePacer(4, 3)) == 20
 
 
-def test_split_and_slice_ratios_pair_slice_by_slice():
+def test_split_and_pair_slice_by_slice():
     base = [10.0, 10.0, 12.0, 12.0, 10.0, 10.0]
     head = [11.0, 11.0, 11.0, 13.2, 13.2, 11.0, 11.0]  # another round count, same three slices
     assert split(base, [2, 4]) == [[10.0, 10.0], [12.0, 12.0], [10.0, 10.0]]
-    ratios = slice_ratios(base, [2, 4], head, [3, 5])
-    assert ratios == pytest.approx([1.1, 1.1, 1.1])
-    assert slice_ratios(base, [2, 4], head, [3]) == []  # not sliced alike: no pairs
-    assert slice_ratios(base, [], head, []) == []
+    pairs = pair_slices(base, [2, 4], head, [3, 5])
+    assert pairs[1] == ([12.0, 12.0], [13.2, 13.2])
+    assert ratios(pairs) == pytest.approx([1.1, 1.1, 1.1])
+    assert pair_slices(base, [2, 4], head, [3]) == []  # not sliced alike: no pairs
+    assert pair_slices(base, [], head, []) == []
 
 
 def _row(case_id: str, samples: list[float], ends: list[int], round_: int = 1) -> dict:
@@ -65,29 +66,36 @@ def _row(case_id: str, samples: list[float], ends: list[int], round_: int = 1) -
     }
 
 
-def test_paired_ratios_use_slices_and_fall_back_to_one_ratio_per_round():
-    sliced = paired_ratios(
+def test_paired_slices_use_slices_and_fall_back_to_one_pair_per_round():
+    found = paired_slices(
         [_row("a", [10.0] * 4, [1, 2, 3]), _row("b", [10.0] * 4, [], 1), _row("b", [10.0] * 4, [], 2)],
         [_row("a", [11.0] * 4, [1, 2, 3]), _row("b", [12.0] * 4, [], 1), _row("b", [13.0] * 4, [], 2)],
     )
-    assert sliced["a"] == pytest.approx([1.1] * 4)
-    assert sliced["b"] == pytest.approx([1.2, 1.3])  # a base that could not slice: per round
+    assert ratios(found["a"]) == pytest.approx([1.1] * 4)
+    assert ratios(found["b"]) == pytest.approx([1.2, 1.3])  # a base that could not slice: per round
 
 
 def _verdict(case_id: str) -> Verdict:
     return Verdict(case_id, "latency_ms", UNCHANGED, 10.0, 10.0, 1.0, p_value=0.5)
 
 
-def _pairs(center: float, spread: float, n: int = 16, seed: int = 0) -> list[float]:
+def _pairs(center: float, noise: float, n: int = 16, per_slice: int = 3, seed: int = 0) -> list[Pair]:
+    """n pairs of slices: each slice drifts (the same for both sides), samples log-normal around it."""
     rng = np.random.default_rng(seed)
-    return list(center * np.exp(rng.normal(0.0, spread, n)))
+    pairs = []
+    for _ in range(n):
+        level = 50.0 * np.exp(rng.normal(0.0, 0.3))  # drift between pairs, far larger than the change
+        base = level * np.exp(rng.normal(0.0, noise, per_slice))
+        head = center * level * np.exp(rng.normal(0.0, noise, per_slice))
+        pairs.append((list(base), list(head)))
+    return pairs
 
 
-def _decide(ratios: dict[str, list[float]], config: GateConfig | None = None) -> dict[str, Verdict]:
+def _decide(pairs: dict[str, list[Pair]], config: GateConfig | None = None) -> dict[str, Verdict]:
     config = config or GateConfig()
-    verdicts = [_verdict(c) for c in ratios]
-    judged = decide(verdicts, ratios, config.correction, config.for_case)
-    assert judged == {c for c, r in ratios.items() if len(r) >= MIN_PAIRS}
+    verdicts = [_verdict(c) for c in pairs]
+    judged = decide(verdicts, pairs, config.correction, config.for_case)
+    assert judged == {c for c, found in pairs.items() if found}
     return {v.case_id: v for v in verdicts}
 
 
@@ -95,36 +103,54 @@ def test_a_clear_paired_slowdown_regresses_and_a_speedup_improves():
     found = _decide({"slow": _pairs(1.12, 0.03), "fast": _pairs(0.85, 0.03), "same": _pairs(1.0, 0.03)})
     assert found["slow"].verdict == REGRESSED and found["slow"].ratio == pytest.approx(1.12, abs=0.03)
     assert found["slow"].low < found["slow"].ratio < found["slow"].high
-    assert "16 paired slices" in found["slow"].reason
+    assert "16 pairs" in found["slow"].reason
     assert found["fast"].verdict == IMPROVED
     assert found["same"].verdict == UNCHANGED
 
 
+def test_drift_between_pairs_is_not_a_difference():
+    # Head's slices all fall on the slow phases of the drift: pooled, head looks 40% slower; paired, it is not.
+    pairs = [([10.0, 10.1, 9.9], [10.05, 9.95, 10.0]), ([14.0, 14.1, 13.9], [14.0, 13.9, 14.1])] * 8
+    pooled_ratio = np.median([x for _, h in pairs for x in h]) / np.median([x for b, _ in pairs for x in b])
+    assert pooled_ratio == pytest.approx(1.0, abs=0.5)
+    assert stratified_p(pairs) > 0.5
+    assert _decide({"c": pairs})["c"].verdict == UNCHANGED
+
+
 def test_pure_noise_never_regresses():
     for seed in range(50):
-        found = _decide({"noise": _pairs(1.0, 0.05, seed=seed)})
+        found = _decide({"noise": _pairs(1.0, 0.08, seed=seed)})
         assert found["noise"].verdict != REGRESSED, found["noise"].reason
 
 
 def test_a_consistent_change_below_the_ab_threshold_is_unchanged():
-    found = _decide({"c": _pairs(1.03, 0.005)})
-    assert signed_rank_p(_pairs(1.03, 0.005)) < 0.001
+    small = _pairs(1.03, 0.005)
+    assert stratified_p(small) < 1e-6
+    found = _decide({"c": small})
     assert found["c"].verdict == UNCHANGED and "within the 5% threshold" in found["c"].reason
     wider = GateConfig(thresholds=Thresholds(ab_latency_pct=2.0))
-    assert _decide({"c": _pairs(1.03, 0.005)}, wider)["c"].verdict == REGRESSED
+    assert _decide({"c": small}, wider)["c"].verdict == REGRESSED
 
 
-def test_too_few_pairs_are_left_to_the_pooled_test():
+def test_no_pairs_leave_the_verdict_alone():
     verdicts = [_verdict("c")]
-    assert decide(verdicts, {"c": [1.5] * (MIN_PAIRS - 1)}, "holm", GateConfig().for_case) == set()
+    assert decide(verdicts, {"c": []}, "holm", GateConfig().for_case) == set()
     assert verdicts[0].verdict == UNCHANGED and verdicts[0].reason == ""
 
 
+def test_too_few_samples_are_not_significant():
+    one = [([10.0], [13.0])] * 2  # two pairs of one sample each, 30% slower
+    assert stratified_p(one) > 0.05
+    assert _decide({"c": one})["c"].verdict == UNCHANGED
+
+
 def test_the_correction_counts_every_paired_case():
-    # 8 pairs all slower: exact two-sided p = 2/256 ~ 0.0078, below alpha 0.01 alone ...
-    alone = _decide({"c": [1.2] * 4 + [1.25] * 4})
-    assert alone["c"].verdict == REGRESSED
-    # ... but not once Holm multiplies it by three compared cases.
-    three = _decide({"c": [1.2] * 4 + [1.25] * 4, "d": _pairs(1.0, 0.02), "e": _pairs(1.0, 0.02, seed=1)})
-    assert three["c"].verdict == UNCHANGED and "not significant" in three["c"].reason
-    assert three["c"].p_adjusted == pytest.approx(3 * three["c"].p_value)
+    # Barely significant alone ...
+    edge = [([10.0, 10.2], [11.4, 10.1]), ([10.1, 9.9], [10.8, 10.7]), ([10.0, 10.3], [11.4, 10.6])] * 2
+    alone = _decide({"c": edge})
+    assert alone["c"].p_value < 0.01 and alone["c"].verdict == REGRESSED
+    # ... and not once Holm multiplies it by the number of compared cases.
+    others = {f"d{i}": _pairs(1.0, 0.02, seed=i) for i in range(9)}
+    many = _decide({"c": edge, **others})
+    assert many["c"].verdict == UNCHANGED and "not significant" in many["c"].reason
+    assert many["c"].p_adjusted == pytest.approx(min(1.0, 10 * many["c"].p_value))

@@ -3,13 +3,14 @@
 The base ref is checked out into a temporary git worktree (the user's working tree, index and HEAD are
 never touched). One pytest session per side starts once; a stand-alone lockstep plugin
 (optbench/gate/lockstep.py) makes each run the test items the driver names, one at a time: item i on
-base, then item i on head (who goes first alternates by item and by round), for several rounds. Only
-one side measures at any moment, so slow drift and a noisy neighbour hit both sides alike.
+base, then item i on head (who goes first alternates by item and by round). Within an item the two
+take turns again: each side's timer pauses between slices of its timing rounds (ABBA order), so the
+two sides' slices pair up moments apart. Only one side measures at any moment, so slow drift and a
+noisy neighbour hit both sides alike.
 
 Each side's rows are split by round (rounds/<side>-<r>/) and pooled per case (base/, head/). The
-verdicts are `optbench compare`'s on the pooled samples, with one more condition for latency: the
-median over rounds of the paired ratio (head's median over base's, same round) must pass the threshold
-too. No torch is imported here.
+verdicts are `optbench compare`'s on the pooled samples, except latency (`latency_ms`), judged on the
+pairs of slices (optbench/gate/paired.py). No torch is imported here.
 """
 
 from __future__ import annotations
@@ -30,9 +31,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optbench.registry import UsageProblem
+
+if TYPE_CHECKING:
+    from optbench.gate.paired import Pair
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 130
 DEFAULT_ROUNDS = 1
@@ -498,18 +502,16 @@ def pool(rows: list[dict[str, Any]], profile: str | None) -> list[dict[str, Any]
     return list(pooled.values())
 
 
-def paired_ratios(base_rows: list[dict[str, Any]], head_rows: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Per case, head's median over base's: slice by slice where both sides' timers paused alike
-    (paired slices), otherwise one ratio per round both sides passed; in round order."""
-    import numpy as np
-
-    from optbench.gate.paired import slice_ratios
+def paired_slices(base_rows: list[dict[str, Any]], head_rows: list[dict[str, Any]]) -> dict[str, list[Pair]]:
+    """Per case, (base samples, head samples) pairs: slice by slice where both sides' timers paused
+    alike, otherwise one pair per round both sides passed; in round order."""
+    from optbench.gate.paired import pair_slices
 
     def index(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
         return {(str(r["case_id"]), int(r["_round"])): r for r in rows}
 
     base, head = index(base_rows), index(head_rows)
-    ratios: dict[str, list[float]] = {}
+    pairs: dict[str, list[Pair]] = {}
     for (case_id, round_), h in sorted(head.items(), key=lambda kv: kv[0][1]):
         b = base.get((case_id, round_))
         if b is None or b.get("status") != "passed" or h.get("status") != "passed":
@@ -517,40 +519,9 @@ def paired_ratios(base_rows: list[dict[str, Any]], head_rows: list[dict[str, Any
         bs, hs = _numbers(b), _numbers(h)
         if not (bs and hs):
             continue
-        sliced = slice_ratios(bs, b.get("_slice_ends") or [], hs, h.get("_slice_ends") or [])
-        ratios.setdefault(case_id, []).extend(sliced or [float(np.median(hs) / np.median(bs))])
-    return ratios
-
-
-def confirm_with_pairs(verdicts: list[Any], ratios: dict[str, list[float]], config: Any) -> None:
-    """A latency regression (or improvement) of the pooled samples stands only when more than half of
-    the rounds' paired ratios pass the threshold too (2 of 3 rounds, both of 2): one noisy round
-    cannot fail the gate. A regression the rounds do not bear out is kept, marked not confirmed (it
-    does not fail, as after a second measurement in `pytest bench/ --optbench-compare`); an improvement
-    they do not bear out is unchanged."""
-    import statistics
-
-    from optbench.gate.verdicts import IMPROVED, REGRESSED, UNCHANGED
-
-    for v in verdicts:
-        found = ratios.get(v.case_id, [])
-        if v.metric != GATED or v.verdict not in (REGRESSED, IMPROVED) or not found:
-            continue
-        slower = 1 + config.for_case(v.case_id).latency_pct / 100
-        past = (
-            sum(r > slower for r in found) if v.verdict == REGRESSED else sum(r < 1 / slower for r in found)
-        )
-        confirmed = past > len(found) / 2
-        evidence = (
-            f"paired rounds: {past} of {len(found)} past the threshold (median ratio "
-            f"{statistics.median(found):.3f})"
-        )
-        if v.verdict == REGRESSED:
-            v.confirmed = confirmed
-            v.reason += f"; {evidence}" + ("" if confirmed else ": not confirmed, does not fail")
-        elif not confirmed:
-            v.verdict = UNCHANGED
-            v.reason = f"pooled samples {(1 - (v.ratio or 1)) * 100:.1f}% faster, but {evidence}"
+        sliced = pair_slices(bs, b.get("_slice_ends") or [], hs, h.get("_slice_ends") or [])
+        pairs.setdefault(case_id, []).extend(sliced or [(bs, hs)])
+    return pairs
 
 
 def _code_changes(base: Any, head: Any) -> list[str]:
@@ -604,14 +575,8 @@ def _manifest(side: Side) -> dict[str, Any] | None:
         return None
 
 
-def _fmt_ratios(values: list[float]) -> str:
-    return ", ".join(f"{v:.3f}" for v in values) if values else "-"
-
-
 def _pairs_markdown(ratios: dict[str, list[float]], config: Any) -> list[str]:
     import statistics
-
-    from optbench.gate.paired import MIN_PAIRS
 
     if not ratios:
         return []
@@ -619,19 +584,19 @@ def _pairs_markdown(ratios: dict[str, list[float]], config: Any) -> list[str]:
         "",
         "### Paired ratios",
         "",
-        "Head's median latency over base's in each paired timing slice (or each round, where a side "
-        "could not slice), the two measured moments apart on this machine. With at least "
-        f"{MIN_PAIRS} pairs, a latency change fails only when a signed-rank test on the pairs is "
-        "significant after correction and the median ratio passes the A/B threshold; with fewer, when "
-        "the pooled samples show it and more than half of the rounds pass the threshold.",
+        "Head's median latency over base's in each pair of timing slices (or each round, where a side "
+        "could not slice), the two measured moments apart on this machine. A latency change fails only "
+        "when a rank test within the pairs is significant after correction and the median ratio passes "
+        "the A/B threshold.",
         "",
         "| case | pairs | median | range | past the threshold |",
         "|---|---|---|---|---|",
     ]
     for case_id in sorted(ratios):
         found = ratios[case_id]
-        t = config.for_case(case_id)
-        slower = 1 + (t.ab_latency_pct if len(found) >= MIN_PAIRS else t.latency_pct) / 100
+        if not found:
+            continue
+        slower = 1 + config.for_case(case_id).ab_latency_pct / 100
         up, down = sum(r > slower for r in found), sum(r < 1 / slower for r in found)
         past = f"{up} slower, {down} faster" if up or down else "none"
         lines.append(
@@ -860,17 +825,16 @@ def _gate(run: AbRun, config: Any) -> int:
                 frame[column] = None
     verdicts = compare(base_frame, head_frame, config)
     verdicts = [v for v in verdicts if not v.metric.startswith("latency") or v.metric == GATED]
-    ratios = paired_ratios(base.rows, head.rows)
+    pairs = paired_slices(base.rows, head.rows)
+    ratios = {case_id: paired.ratios(found) for case_id, found in pairs.items()}
     gated = [v for v in verdicts if v.metric == GATED and v.p_value is not None]
-    judged = paired.decide(gated, ratios, config.correction, config.for_case)
-    confirm_with_pairs([v for v in verdicts if v.case_id not in judged], ratios, config)
+    paired.decide(gated, pairs, config.correction, config.for_case)
     if head.crashed_on:  # a head that crashes or hangs on a case has regressed there
         crashed = _short(head.crashed_on)
         verdicts = [v for v in verdicts if not (v.case_id == crashed and v.verdict == MISSING)]
         verdicts.append(Verdict(crashed, "status", REGRESSED, reason=f"the head session {head.dead}"))
     text = _markdown(run, verdicts, base_frame, head_frame, ratios, changed, config)
     payload = json.loads(verdicts_json(verdicts))
-    payload["headline"] = _in_ab_words(payload["headline"])
     payload["ab"] = {
         "base_ref": run.options.base,
         "base_sha": run.base_sha,
@@ -917,11 +881,6 @@ def _gate(run: AbRun, config: Any) -> int:
     return EXIT_OK
 
 
-def _in_ab_words(text: str) -> str:
-    """The gate's summary speaks of a second measurement; here the rounds are what confirms."""
-    return text.replace("confirmed by a second measurement", "confirmed by the paired rounds")
-
-
 def _markdown(
     run: AbRun,
     verdicts: list[Any],
@@ -943,7 +902,7 @@ def _markdown(
         f"alternating slices; {run.wall_s:.0f} s in all. "
         f"{run.note[0].upper() + run.note[1:]}.",
         "",
-        *_in_ab_words(markdown(verdicts, base, head)).rstrip("\n").split("\n"),
+        *markdown(verdicts, base, head).rstrip("\n").split("\n"),
         *_pairs_markdown(ratios, config),
     ]
     notes = []
