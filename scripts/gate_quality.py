@@ -7,7 +7,7 @@ technique (eager plus a change read from techniques/gate_injection.json, zero in
 for each trial edits that JSON in the working tree and runs `optbench ab --base HEAD`, so base and
 head differ only by the injected change:
 
-    python scripts/gate_quality.py --aa 10 --slowdowns 0.05,0.10,0.25 --trials 5 --accuracy 3 \\
+    python scripts/gate_quality.py --aa 40 --slowdowns 0.05:5,0.10:20,0.25:8 --accuracy 4 \\
         -- bench/test_inference.py --profile smoke --models resnet18 --devices cpu
 """
 
@@ -133,7 +133,11 @@ def trial(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aa", type=int, default=10, help="A/A runs (identical code)")
-    parser.add_argument("--slowdowns", default="0.05,0.10,0.25", help="injected slowdowns, fractions")
+    parser.add_argument(
+        "--slowdowns",
+        default="0.05,0.10,0.25",
+        help="injected slowdowns, fractions; SIZE:N runs that size N times instead of --trials",
+    )
     parser.add_argument("--trials", type=int, default=5, help="runs per slowdown")
     parser.add_argument("--accuracy", type=int, default=3, help="runs with a 1-point top-1 drop")
     parser.add_argument("--rounds", type=int, default=1, help="optbench ab --rounds")
@@ -151,8 +155,10 @@ def main() -> int:
     python = isolated_python(repo, work)
     env = {**os.environ, "OPTBENCH_CACHE": str(cache)}
     plan = [("A/A", {"slowdown": 0, "flip_every": 0})] * args.aa
-    for size in (float(s) for s in args.slowdowns.split(",") if s):
-        plan += [(f"slowdown {size:.0%}", {"slowdown": size, "flip_every": 0})] * args.trials
+    for item in (s for s in args.slowdowns.split(",") if s):
+        size, _, count = item.partition(":")
+        runs = int(count) if count else args.trials
+        plan += [(f"slowdown {float(size):.0%}", {"slowdown": float(size), "flip_every": 0})] * runs
     plan += [("top-1 -1 pt", {"slowdown": 0, "flip_every": 100})] * args.accuracy
     # Train the weights into the cache once, outside the measured trials (an eager-only run).
     warm = [a for a in pytest_args if a != "--techniques" and not a.startswith("eager,")]
