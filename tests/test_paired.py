@@ -42,6 +42,9 @@ def test_paced_timing_has_a_round_per_slice_and_pauses_between_slices():
     # 1 warm-up + 4 timed + one untimed call after each of the 3 pauses
     assert len(calls) == 1 + 4 + 3
     assert after_rounds(lambda: None, 10, None) is None
+    unpaced = FakePacer(4)  # a loader epoch: exactly its batches, no pause
+    assert len(plain_timer(lambda: None, rounds=2, warmup=0, paced=False, pacer=unpaced)) == 2
+    assert unpaced.paused_at == []
     assert paced_rounds(2, FakePacer(4, rounds_per_slice=3)) == 12 and paced_rounds(20, FakePacer(4, 3)) == 20
 
 

@@ -220,7 +220,9 @@ def measure_pipeline(
             return step(x.to(device, non_blocking=pin), y.to(device, non_blocking=pin))
 
         rounds = len(loader) * config.fed_epochs
-        samples = time_fn(call, rounds, 0)
+        # Exactly the epochs' batches, unpaced: the iterator ends with them, and workers would keep
+        # prefetching through a pause.
+        samples = time_fn(call, rounds, 0, paced=False)
         batches.close()  # ends the loader's iterator: its workers shut down now
     except PipelineFailed:
         raise

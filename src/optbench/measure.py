@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -29,8 +29,15 @@ EVAL_BATCH = 32
 sees a new shape anyway): far fewer calls for models timed at batch 2. At the timed shape, evaluation
 keeps the timed batch size, so a compiled model sees no new shape."""
 
-# Runs `call` for `rounds` timed rounds (plus `warmup` untimed) and returns seconds per round.
-TimeFn = Callable[[Callable[[], object], int, int], list[float]]
+
+class TimeFn(Protocol):
+    """Runs `call` for `rounds` timed rounds (plus `warmup` untimed) and returns seconds per round.
+    Under `optbench ab` it may time more rounds and pause between slices of them; `paced=False`
+    times exactly `rounds` in one go (a call that consumes a finite stream, such as a loader epoch)."""
+
+    def __call__(
+        self, call: Callable[[], object], rounds: int, warmup: int, *, paced: bool = True
+    ) -> list[float]: ...
 
 
 @dataclass

@@ -39,8 +39,9 @@ __all__ = [
 
 
 def plain_timer(
-    call: Callable[[], object], rounds: int, warmup: int, pacer: Pacer | None = None
+    call: Callable[[], object], rounds: int, warmup: int, *, paced: bool = True, pacer: Pacer | None = None
 ) -> list[float]:
+    pacer = pacer if paced else None
     for _ in range(warmup):
         call()
     rounds = paced_rounds(rounds, pacer)
@@ -51,9 +52,9 @@ def pytest_benchmark_timer(benchmark: Any, pacer: Pacer | None = None) -> TimeFn
     """Time through pytest-benchmark's pedantic mode so its JSON, tables and comparisons see the case;
     a pacer (`optbench ab`) gets the machine handed over between rounds, untimed."""
 
-    def run(call: Callable[[], object], rounds: int, warmup: int) -> list[float]:
-        rounds = paced_rounds(rounds, pacer)
-        after = after_rounds(call, rounds, pacer)
+    def run(call: Callable[[], object], rounds: int, warmup: int, *, paced: bool = True) -> list[float]:
+        rounds = paced_rounds(rounds, pacer if paced else None)
+        after = after_rounds(call, rounds, pacer if paced else None)
         if after is None:
             benchmark.pedantic(call, rounds=rounds, warmup_rounds=warmup, iterations=1)
         else:

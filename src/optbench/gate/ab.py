@@ -150,9 +150,11 @@ class Side:
         self.offset += end
         for line in data[:end].splitlines():
             if line.strip():
-                self.rows.append(
-                    {**json.loads(line), "_round": round_, "_nodeid": nodeid, "_slice_ends": slice_ends or []}
-                )
+                row = json.loads(line)
+                # An eager baseline the selection left out is measured inside the item, unpaced: the
+                # pauses belong to the item's own (selected) case only.
+                ends = (slice_ends or []) if row.get("selected", True) else []
+                self.rows.append({**row, "_round": round_, "_nodeid": nodeid, "_slice_ends": ends})
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
