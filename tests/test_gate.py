@@ -184,11 +184,12 @@ def test_configuration_overrides_and_acknowledged_regressions():
         {
             "latency_pct": 20,
             "correction": "bh",
-            "cases": {"m-x-*": {"latency_pct": 50}},
+            "cases": {"m-x-*": {"latency_pct": 50, "ab_latency_pct": 8}},
             "ignore": {"m-y-*": "known slowdown, issue 12"},
         }
     )
     assert config.thresholds.latency_pct == 20 and config.for_case("m-x-cpu-bs8").latency_pct == 50
+    assert config.thresholds.ab_latency_pct == 5 and config.for_case("m-x-cpu-bs8").ab_latency_pct == 8
     v, found = verdicts_of([row(), row("x", 50), row("y", 50)], [row(), row("x", 65), row("y", 65)], config)
     assert v[("x", "latency_ms")].verdict == "unchanged"  # 30% under its own 50%
     assert v[("y", "latency_ms")].verdict == "regressed" and v[("y", "latency_ms")].ignored

@@ -25,7 +25,7 @@ from optbench.reference import reference_ms
 from optbench.results import ResultsWriter
 from optbench.speedup import speedup_interval
 from optbench.techniques.base import DATA, TRAINING, NotApplicable
-from optbench.timing import Pacer, TimingPolicy, after_rounds, paced_rounds, time_calls
+from optbench.timing import Pacer, TimingPolicy, before_rounds, paced_rounds, time_calls
 from optbench.weights import WeightsProvider
 
 __all__ = [
@@ -45,7 +45,7 @@ def plain_timer(
     for _ in range(warmup):
         call()
     rounds = paced_rounds(rounds, pacer)
-    return time_calls(call, rounds, after_rounds(call, rounds, pacer))
+    return time_calls(call, rounds, before_rounds(call, rounds, pacer))
 
 
 def pytest_benchmark_timer(benchmark: Any, pacer: Pacer | None = None) -> TimeFn:
@@ -54,13 +54,13 @@ def pytest_benchmark_timer(benchmark: Any, pacer: Pacer | None = None) -> TimeFn
 
     def run(call: Callable[[], object], rounds: int, warmup: int, *, paced: bool = True) -> list[float]:
         rounds = paced_rounds(rounds, pacer if paced else None)
-        after = after_rounds(call, rounds, pacer if paced else None)
-        if after is None:
+        before = before_rounds(call, rounds, pacer if paced else None)
+        if before is None:
             benchmark.pedantic(call, rounds=rounds, warmup_rounds=warmup, iterations=1)
         else:
-            for _ in range(warmup):  # pedantic's teardown also follows warm-up rounds: warm up here
+            for _ in range(warmup):  # pedantic's setup also precedes warm-up rounds: warm up here
                 call()
-            benchmark.pedantic(call, rounds=rounds, iterations=1, teardown=after)
+            benchmark.pedantic(call, rounds=rounds, iterations=1, setup=before)
         return list(benchmark.stats.stats.data)
 
     return run

@@ -51,16 +51,16 @@ class TimingPolicy:
 
 
 def time_calls(
-    call: Callable[[], object], rounds: int, after: Callable[[], None] | None = None
+    call: Callable[[], object], rounds: int, before: Callable[[], None] | None = None
 ) -> list[float]:
-    """Bare perf_counter loop: seconds per call (`after` runs untimed after each call)."""
+    """Bare perf_counter loop: seconds per call (`before` runs untimed before each call)."""
     samples = []
     for _ in range(rounds):
+        if before is not None:
+            before()
         start = time.perf_counter()
         call()
         samples.append(time.perf_counter() - start)
-        if after is not None:
-            after()
     return samples
 
 
@@ -88,18 +88,19 @@ def paced_rounds(rounds: int, pacer: Pacer | None) -> int:
     return max(rounds, pacer.slices * max(1, getattr(pacer, "rounds_per_slice", 1)))
 
 
-def after_rounds(call: Callable[[], object], rounds: int, pacer: Pacer | None) -> Callable[..., None] | None:
-    """An untimed hook for after each timed round: at each slice end it pauses, then calls once
-    untimed so the next timed round does not pay for the caches the other side evicted."""
+def before_rounds(call: Callable[[], object], rounds: int, pacer: Pacer | None) -> Callable[..., None] | None:
+    """An untimed hook for before each timed round: before the first round of each slice after the
+    first, it pauses (handing the machine over), then calls once untimed so the next timed round does
+    not pay for the caches the other side evicted."""
     if pacer is None:
         return None
-    ends, done = set(slice_ends(rounds, pacer.slices)), [0]
+    ends, started = set(slice_ends(rounds, pacer.slices)), [0]
 
     def hook(*_: object, **__: object) -> None:
-        done[0] += 1
-        if done[0] in ends:
-            pacer.pause(done[0])
+        if started[0] in ends:
+            pacer.pause(started[0])
             call()
+        started[0] += 1
 
     return hook
 

@@ -580,6 +580,8 @@ def _manifest(side: Side) -> dict[str, Any] | None:
 def _pairs_markdown(ratios: dict[str, list[float]], config: Any) -> list[str]:
     import statistics
 
+    from optbench.gate.paired import MIN_PAIRS
+
     if not ratios:
         return []
     lines = [
@@ -588,8 +590,8 @@ def _pairs_markdown(ratios: dict[str, list[float]], config: Any) -> list[str]:
         "",
         "Head's median latency over base's in each pair of timing slices (or each round, where a side "
         "could not slice), the two measured moments apart on this machine. A latency change fails only "
-        "when a rank test within the pairs is significant after correction and the median ratio passes "
-        "the A/B threshold.",
+        "when the signed-rank test on the pairs is significant after correction and the median ratio "
+        "passes the A/B threshold.",
         "",
         "| case | pairs | median | range | past the threshold |",
         "|---|---|---|---|---|",
@@ -598,7 +600,8 @@ def _pairs_markdown(ratios: dict[str, list[float]], config: Any) -> list[str]:
         found = ratios[case_id]
         if not found:
             continue
-        slower = 1 + config.for_case(case_id).ab_latency_pct / 100
+        t = config.for_case(case_id)
+        slower = 1 + (t.ab_latency_pct if len(found) >= MIN_PAIRS else t.latency_pct) / 100
         up, down = sum(r > slower for r in found), sum(r < 1 / slower for r in found)
         past = f"{up} slower, {down} faster" if up or down else "none"
         lines.append(
@@ -830,12 +833,18 @@ def _gate(run: AbRun, config: Any) -> int:
     pairs = paired_slices(base.rows, head.rows)
     ratios = {case_id: paired.ratios(found) for case_id, found in pairs.items()}
     gated = [v for v in verdicts if v.metric == GATED and v.p_value is not None]
-    paired.decide(gated, pairs, config.correction, config.for_case)
+    judged = paired.decide(gated, pairs, config.correction, config.for_case)
+    unpaired = sorted({v.case_id for v in gated} - judged)
+    for v in gated:
+        if v.case_id in unpaired:  # optbench compare's verdict on the pooled samples stands
+            v.reason = "; ".join(
+                filter(None, [v.reason, "pooled samples: not timed in slices on both sides"])
+            )
     if head.crashed_on:  # a head that crashes or hangs on a case has regressed there
         crashed = _short(head.crashed_on)
         verdicts = [v for v in verdicts if not (v.case_id == crashed and v.verdict == MISSING)]
         verdicts.append(Verdict(crashed, "status", REGRESSED, reason=f"the head session {head.dead}"))
-    text = _markdown(run, verdicts, base_frame, head_frame, ratios, changed, config)
+    text = _markdown(run, verdicts, base_frame, head_frame, ratios, changed, config, unpaired)
     payload = json.loads(verdicts_json(verdicts))
     payload["ab"] = {
         "base_ref": run.options.base,
@@ -888,9 +897,10 @@ def _markdown(
     verdicts: list[Any],
     base: Any,
     head: Any,
-    ratios: dict[str, dict[str, list[float]]],
+    ratios: dict[str, list[float]],
     changed: list[str],
     config: Any,
+    unpaired: list[str],
 ) -> str:
     from optbench.gate.render import markdown
 
@@ -920,6 +930,14 @@ def _markdown(
         if only:
             shown = ", ".join(f"`{_short(i)}`" for i in only[:10])
             notes.append(f"- {len(only)} test item(s) only on {name}, run once: {shown}")
+    if unpaired:
+        shown = ", ".join(f"`{c}`" for c in unpaired[:10]) + (" ..." if len(unpaired) > 10 else "")
+        notes.append(
+            f"- {len(unpaired)} case(s) judged on pooled samples (`optbench compare`'s Mann-Whitney test "
+            f"and `latency_pct`), not on pairs of slices: {shown}. A base whose optbench predates timing "
+            "slices, or a case timed in fewer than 6 slices; such verdicts false-alarm more on a shared "
+            "machine."
+        )
     if changed:
         more = f" and {len(changed) - 20} more" if len(changed) > 20 else ""
         notes.append(
