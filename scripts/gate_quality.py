@@ -118,7 +118,7 @@ def trial(
         return result
     verdicts = json.loads(gate.read_text())["verdicts"]
     regressed = [v for v in verdicts if v["verdict"] == "regressed" and not v.get("ignored")]
-    # What fails the gate: regressions the paired rounds did not refute.
+    # What fails the gate: regressions not acknowledged and not refuted by a second measurement.
     result["flagged"] = sorted(
         {f"{v['case_id']}:{v['metric']}" for v in regressed if v.get("confirmed") is not False}
     )
