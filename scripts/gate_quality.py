@@ -198,9 +198,11 @@ def main() -> int:
         flagged = ", ".join(result["flagged"]) or "-"
         reached = f" calibrated {result['injected_ratio']:.3f}" if result.get("injected_ratio") else ""
         paired = f" paired {result['paired_median']:.3f}" if result.get("paired_median") else ""
+        refuted = ", ".join(result.get("unconfirmed", []))
+        refuted = f"  refuted on re-measuring: {refuted}" if refuted else ""
         print(
             f"{number:3d} {kind:14s} exit {result['exit']} {result['wall_s']:6.0f} s{reached}{paired}  "
-            f"flagged: {flagged} {result['error']}",
+            f"flagged: {flagged}{refuted} {result['error']}",
             flush=True,
         )
     (work / "trials.json").write_text(json.dumps(trials, indent=2))
@@ -212,11 +214,22 @@ def main() -> int:
         print(
             f"A/A: {alarms} failing runs of {len(aa)} ({alarms / len(aa):.0%} false-alarm rate per suite run)"
         )
+    for kind in dict.fromkeys(t["kind"] for t in valid):
+        runs = [t for t in valid if t["kind"] == kind]
+        refuted = sum(bool(t.get("unconfirmed")) for t in runs)
+        others = sum(any(CASE_TECHNIQUE not in f for f in t["flagged"]) for t in runs)
+        print(
+            f"{kind}: {refuted} of {len(runs)} runs had a flagged case refuted by measuring it again; "
+            f"{others} failed on a case with no injected change"
+        )
     for kind in dict.fromkeys(t["kind"] for t in valid if t["kind"] != "A/A"):
         runs = [t for t in valid if t["kind"] == kind]
         caught = sum(bool(t.get("injected_caught")) for t in runs)
         measured = [t["paired_median"] for t in runs if t.get("paired_median")]
         seen = f"; gate's paired ratio median {statistics.median(measured):.3f}" if measured else ""
+        injected = [t["injected_ratio"] for t in runs if t.get("injected_ratio")]
+        if injected:
+            seen += f", calibrated {min(injected):.3f}-{max(injected):.3f}"
         print(f"{kind}: detected in {caught} of {len(runs)} runs ({caught / len(runs):.0%}){seen}")
     walls = [t["wall_s"] for t in aa]  # A/A: no calibration of an injected slowdown in the way
     if walls:

@@ -235,6 +235,7 @@ def test_identical_code_passes_and_leaves_the_tree_alone(clone, cache, tmp_path)
     # Both sides paused their timing alike: 16 paired slices per case, judged on the pairs.
     assert {len(r) for r in payload["ab"]["paired_ratios"].values()} == {16}
     assert payload["ab"]["slice_rounds"] == 3
+    assert payload["ab"]["confirmation"] is None and not (out / "confirm").exists()  # nothing flagged
     latency = [v for v in payload["verdicts"] if v["metric"].startswith("latency")]
     assert {v["metric"] for v in latency} == {"latency_ms"}
     assert latency and all("16 pairs" in v["reason"] for v in latency)
@@ -269,6 +270,18 @@ def test_injected_slowdown_is_caught_and_base_runs_its_own_code(clone, cache, tm
     verdicts = json.loads((out / "gate.json").read_text())["verdicts"]
     regressed = {(v["case_id"], v["metric"]) for v in verdicts if v["verdict"] == "regressed"}
     assert ("resnet18-channels_last-cpu-bs8", "latency_ms") in regressed
+    # Measured again in a fresh pair of sessions before failing, and seen again.
+    (flagged,) = [
+        v
+        for v in verdicts
+        if v["case_id"] == "resnet18-channels_last-cpu-bs8" and v["metric"] == "latency_ms"
+    ]
+    assert flagged["confirmed"] is True and "measured again: ratio" in flagged["reason"]
+    confirmation = json.loads((out / "gate.json").read_text())["ab"]["confirmation"]
+    assert "resnet18-channels_last-cpu-bs8" in confirmation["cases"]
+    assert confirmation["verdicts"]["resnet18-channels_last-cpu-bs8"] == "regressed"
+    assert "resnet18-channels_last-cpu-bs8" in {r["case_id"] for r in _rows(out / "confirm" / "head")}
+    assert "measured again in a fresh pair of sessions" in result.stdout
     # Unchanged cases may show a noise false alarm on this shared machine (the README's measured
     # rate); what must hold is that nothing else broke.
     assert not any(metric == "status" for _, metric in regressed)

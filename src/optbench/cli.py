@@ -185,6 +185,7 @@ def _ab(args: argparse.Namespace) -> int:
         json=path(args.json),
         pytest_args=args.pytest_args,
         step_timeout=args.step_timeout,
+        confirm_budget=args.confirm_budget,
     )
     return run_ab(options)
 
@@ -221,6 +222,14 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
     ab.add_argument("--config", help="pyproject.toml with [tool.optbench.gate] (default: ./pyproject.toml)")
     ab.add_argument("--markdown", metavar="FILE", help="also write the Markdown summary here")
     ab.add_argument("--json", metavar="FILE", help="also write the verdicts as JSON here")
+    ab.add_argument(
+        "--confirm-budget",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds for measuring flagged latency regressions again in fresh sessions before they fail "
+        "(default 600; 0: fail without confirming)",
+    )
     ab.add_argument(
         "--step-timeout",
         type=float,

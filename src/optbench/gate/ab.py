@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +66,9 @@ class AbOptions:
     markdown: Path | None = None
     json: Path | None = None
     pytest_args: list[str] = field(default_factory=list)
+    confirm_budget: float = 600.0
+    """Seconds the confirmation (flagged latency regressions measured again in fresh sessions) may
+    take; 0: none (a flagged regression then fails unconfirmed)."""
     step_timeout: float = 1800.0
     """Seconds one test item may take before its session is declared hung and stopped."""
     start_timeout: float = 900.0
@@ -315,13 +318,15 @@ def _connect(server: socket.socket, sides: dict[str, Side], token: str, timeout:
 
 
 def plan(
-    base_items: list[str], head_items: list[str], rounds: int
+    base_items: list[str], head_items: list[str], rounds: int, only: list[str] | None = None
 ) -> tuple[list[tuple[str, int, str]], list[str]]:
     """(side, round, nodeid) steps and the items both sides have: each round every common item on
     both sides back to back, who goes first alternating by item and by round; then the items one side
-    has, once."""
+    has, once. With `only` (a confirmation), just the common items named there."""
     base_set = set(base_items)
-    common = [n for n in head_items if n in base_set]
+    common = [n for n in head_items if n in base_set and (only is None or n in only)]
+    if only is not None:
+        return plan(common, common, rounds)[0], common
     steps: list[tuple[str, int, str]] = []
     for r in range(1, rounds + 1):
         for i, nodeid in enumerate(common):
@@ -343,7 +348,8 @@ def _execute(
     timeout: float,
     slices: int = 0,
     slice_rounds: int = 1,
-) -> None:
+) -> dict[str, float]:
+    """Run the steps; returns the wall seconds each test item took, both sides and all rounds."""
     schedules: dict[str, list[int]] = {"base": [], "head": []}
     for name, _, nodeid in steps:
         schedules[name].append(sides[name].items.index(nodeid))
@@ -351,12 +357,15 @@ def _execute(
         assert side.conn is not None
         side.conn.send({"schedule": schedules[name], "slices": slices, "rounds_per_slice": slice_rounds})
     counters = {"base": 0, "head": 0}
+    seconds: dict[str, float] = {}
     i = 0
     while i < len(steps):
         name, round_, nodeid = steps[i]
         pair = i + 1 < len(steps) and steps[i + 1][1:] == (round_, nodeid) and steps[i + 1][0] != name
         group = [steps[i], steps[i + 1]] if pair else [steps[i]]
+        began = time.monotonic()
         _run_together(sides, group, counters, timeout, (i + 1, len(steps)))
+        seconds[nodeid] = seconds.get(nodeid, 0.0) + time.monotonic() - began
         i += len(group)
     for side in sides.values():  # both finish (summary, files) only now: nothing is measuring
         if side.conn is not None and side.alive():
@@ -369,6 +378,7 @@ def _execute(
             except subprocess.TimeoutExpired:
                 _stop(side)
                 side.returncode = side.proc.poll()
+    return seconds
 
 
 def _turns(first: str, second: str) -> Iterator[str]:
@@ -668,6 +678,8 @@ def run_ab(options: AbOptions) -> int:
         raise UsageProblem(f"--slices takes a whole number from 1 to 1000, got {options.slices}")
     if not 1 <= options.slice_rounds <= 1000:
         raise UsageProblem(f"--slice-rounds takes a whole number from 1 to 1000, got {options.slice_rounds}")
+    if not options.confirm_budget >= 0:  # also refuses nan
+        raise UsageProblem(f"--confirm-budget takes seconds, 0 or more, got {options.confirm_budget}")
     pytest_args = check_pytest_args(list(options.pytest_args))
     cwd = Path.cwd()
     top = _git(["rev-parse", "--show-toplevel"], cwd)
@@ -695,8 +707,6 @@ def run_ab(options: AbOptions) -> int:
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="optbench-ab-"))
     worktree = tmp / "base"
-    sides: dict[str, Side] = {}
-    server: socket.socket | None = None
     try:
         with _signals_interrupt():
             added = _git(["worktree", "add", "--detach", str(worktree), base_sha], repo)
@@ -710,34 +720,10 @@ def run_ab(options: AbOptions) -> int:
             plugin_dir.mkdir()
             shutil.copyfile(Path(__file__).with_name("lockstep.py"), plugin_dir / f"{PLUGIN_MODULE}.py")
             base_path, note = _base_imports(worktree, tmp, env)
-            server = socket.create_server(("127.0.0.1", 0))
-            token = secrets.token_hex(16)
-            port = server.getsockname()[1]
-            for name, sha, where, extra in (
-                ("base", base_sha, worktree / rel, base_path),
-                ("head", head_sha, cwd, []),
-            ):
-                side_env = {
-                    **env,
-                    "PYTHONPATH": _pythonpath([*extra, str(plugin_dir)], env),
-                    "OPTBENCH_LOCKSTEP": f"127.0.0.1:{port}:{name}:{token}",
-                }
-                sides[name] = Side(name, sha, where, side_env, out / "raw" / name, out / f"{name}.log")
-            for side in sides.values():  # both start and collect at once: nothing is measured yet
-                command = [
-                    sys.executable, "-m", "pytest", *pytest_args, "-p", PLUGIN_MODULE, "-p", "no:cacheprovider",
-                    "--results-dir", str(side.raw), "--run-id", side.name,
-                ]  # fmt: skip
-                with side.log.open("wb") as log:
-                    side.proc = subprocess.Popen(
-                        command,
-                        cwd=side.cwd,
-                        env=side.env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,  # Ctrl-C reaches the driver, which ends them in order
-                    )
+            setup = _Setup(
+                options, pytest_args, {"base": base_sha, "head": head_sha},
+                {"base": worktree / rel, "head": cwd}, {"base": base_path, "head": []}, env, plugin_dir,
+            )  # fmt: skip
             print(
                 f"optbench ab: base {options.base} ({base_sha[:12]}) vs head {head_sha[:12]}"
                 f"{' + uncommitted changes' if dirty else ''}, {options.rounds} round(s) of "
@@ -745,25 +731,10 @@ def run_ab(options: AbOptions) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            _connect(server, sides, token, options.start_timeout)
-            steps, common = plan(sides["base"].items, sides["head"].items, options.rounds)
-            if not common:
-                for side in sides.values():
-                    assert side.conn is not None
-                    side.conn.send({"abort": "optbench ab: no case in common with the other side"})
-                raise UsageProblem(
-                    f"base and head have no case in common (base: {len(sides['base'].items)} items, e.g. "
-                    f"{_short(sides['base'].items[0]) if sides['base'].items else 'none'}; head: "
-                    f"{len(sides['head'].items)}, e.g. "
-                    f"{_short(sides['head'].items[0]) if sides['head'].items else 'none'}): nothing to gate"
-                )
-            print(
-                f"optbench ab: both sessions collected after {time.monotonic() - started:.0f} s: "
-                f"{len(common)} items in common, {len(steps)} steps",
-                file=sys.stderr,
-                flush=True,
-            )
-            _execute(sides, steps, options.step_timeout, options.slices, options.slice_rounds)
+            measured = _measure(setup, out, None)
+            run = AbRun(options, measured, out, base_sha, head_sha, dirty, note, time.monotonic() - started)
+            # Inside the try: a confirmation re-measures in the base worktree, removed below.
+            return _gate(run, config, lambda items: _measure(setup, out / "confirm", items))
     except KeyboardInterrupt:
         print(
             "optbench ab: interrupted; stopping both sessions and removing the base worktree", file=sys.stderr
@@ -771,18 +742,99 @@ def run_ab(options: AbOptions) -> int:
         return EXIT_INTERRUPTED
     finally:
         with _uninterruptible():
-            for side in sides.values():
-                _stop(side)
-            if server is not None:
-                server.close()
             _remove_worktree(repo, worktree)
             shutil.rmtree(tmp, ignore_errors=True)
-    run = AbRun(options, sides, out, base_sha, head_sha, dirty, note, common, time.monotonic() - started)
+
+
+@dataclass
+class _Setup:
+    """What starting a pair of sessions takes: the same for the measurement and its confirmation."""
+
+    options: AbOptions
+    pytest_args: list[str]
+    shas: dict[str, str]
+    cwds: dict[str, Path]
+    imports: dict[str, list[str]]
+    """PYTHONPATH entries ahead of the lockstep plugin's folder, per side."""
+    env: dict[str, str]
+    plugin_dir: Path
+
+
+@dataclass
+class Measured:
+    """One pair of sessions' work."""
+
+    sides: dict[str, Side]
+    common: list[str]
+    """The test items both sides ran."""
+    item_seconds: dict[str, float]
+    """Wall seconds per test item, both sides together."""
+    start_s: float
+    """Seconds the two sessions took to start and collect."""
+
+
+def _measure(setup: _Setup, out: Path, only: list[str] | None) -> Measured:
+    """Start a fresh pair of sessions, run the common test items (all, or those in `only`) interleaved,
+    and stop both. Their logs and raw rows go under `out`. Fresh processes on purpose: a confirmation
+    must not inherit the first sessions' memory layout, whose effect on speed is what it rules out."""
+    out.mkdir(parents=True, exist_ok=True)
+    options = setup.options
+    sides: dict[str, Side] = {}
+    server = socket.create_server(("127.0.0.1", 0))
+    token = secrets.token_hex(16)
+    port = server.getsockname()[1]
+    started = time.monotonic()
     try:
-        return _gate(run, config)
-    except KeyboardInterrupt:
-        print("optbench ab: interrupted while writing the verdicts", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        for name in ("base", "head"):
+            side_env = {
+                **setup.env,
+                "PYTHONPATH": _pythonpath([*setup.imports[name], str(setup.plugin_dir)], setup.env),
+                "OPTBENCH_LOCKSTEP": f"127.0.0.1:{port}:{name}:{token}",
+            }
+            sides[name] = Side(
+                name, setup.shas[name], setup.cwds[name], side_env, out / "raw" / name, out / f"{name}.log"
+            )
+        for side in sides.values():  # both start and collect at once: nothing is measured yet
+            command = [
+                sys.executable, "-m", "pytest", *setup.pytest_args, "-p", PLUGIN_MODULE, "-p", "no:cacheprovider",
+                "--results-dir", str(side.raw), "--run-id", side.name,
+            ]  # fmt: skip
+            with side.log.open("wb") as log:
+                side.proc = subprocess.Popen(
+                    command,
+                    cwd=side.cwd,
+                    env=side.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # Ctrl-C reaches the driver, which ends them in order
+                )
+        _connect(server, sides, token, options.start_timeout)
+        steps, common = plan(sides["base"].items, sides["head"].items, options.rounds, only)
+        if not common:
+            for side in sides.values():
+                assert side.conn is not None
+                side.conn.send({"abort": "optbench ab: no case in common with the other side"})
+            raise UsageProblem(
+                f"base and head have no case in common (base: {len(sides['base'].items)} items, e.g. "
+                f"{_short(sides['base'].items[0]) if sides['base'].items else 'none'}; head: "
+                f"{len(sides['head'].items)}, e.g. "
+                f"{_short(sides['head'].items[0]) if sides['head'].items else 'none'}): nothing to gate"
+            )
+        start_s = time.monotonic() - started
+        print(
+            f"optbench ab: both sessions collected after {start_s:.0f} s: "
+            f"{len(common)} items in common, {len(steps)} steps",
+            file=sys.stderr,
+            flush=True,
+        )
+        seconds = _execute(sides, steps, options.step_timeout, options.slices, options.slice_rounds)
+    finally:
+        with _uninterruptible():
+            for side in sides.values():
+                _stop(side)
+            server.close()
+    return Measured(sides, common, seconds, start_s)
 
 
 @dataclass
@@ -790,18 +842,31 @@ class AbRun:
     """What one A/B run measured, for the verdicts and the outputs."""
 
     options: AbOptions
-    sides: dict[str, Side]
+    measured: Measured
     out: Path
     base_sha: str
     head_sha: str
     dirty: bool
     note: str
     """Which optbench each side imported."""
-    common: list[str]
     wall_s: float
+    confirmation: dict[str, Any] | None = None
+    """What the confirmation measured again and found (gate.json's ab.confirmation)."""
+
+    @property
+    def sides(self) -> dict[str, Side]:
+        return self.measured.sides
+
+    @property
+    def common(self) -> list[str]:
+        return self.measured.common
 
 
-def _gate(run: AbRun, config: Any) -> int:
+Remeasure = Callable[[list[str]], Measured]
+"""Measures the given test items again in a fresh pair of sessions."""
+
+
+def _gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
     from optbench.gate import paired
     from optbench.gate.render import verdicts_json
     from optbench.gate.verdicts import MISSING, REGRESSED, Verdict, compare, failed
@@ -841,6 +906,9 @@ def _gate(run: AbRun, config: Any) -> int:
             v.reason = "; ".join(
                 filter(None, [v.reason, "pooled samples: not timed in slices on both sides"])
             )
+    interrupted = False
+    if remeasure is not None:
+        interrupted = _confirm(run, verdicts, judged, config, remeasure, profile)
     if head.crashed_on:  # a head that crashes or hangs on a case has regressed there
         crashed = _short(head.crashed_on)
         verdicts = [v for v in verdicts if not (v.case_id == crashed and v.verdict == MISSING)]
@@ -863,6 +931,7 @@ def _gate(run: AbRun, config: Any) -> int:
             for n, s in run.sides.items()
         },
         "paired_ratios": ratios,
+        "confirmation": run.confirmation,
         "code_changed": changed,
         "imports": run.note,
     }
@@ -880,6 +949,8 @@ def _gate(run: AbRun, config: Any) -> int:
                 raise UsageProblem(f"could not write {target}: {error.strerror}") from None
     print(text, end="")
     print(f"optbench ab: wrote {run.out} (base/, head/, rounds/, gate.md, gate.json)", file=sys.stderr)
+    if interrupted:
+        return EXIT_INTERRUPTED
     if failed(verdicts):
         return EXIT_REGRESSION
     both = set(base_frame.loc[base_frame["status"] == "passed", "case_id"]) & set(
@@ -891,6 +962,64 @@ def _gate(run: AbRun, config: Any) -> int:
             f"(see {run.out / 'gate.md'})"
         )
     return EXIT_OK
+
+
+def _confirm(
+    run: AbRun,
+    verdicts: list[Any],
+    judged: set[str],
+    config: Any,
+    remeasure: Remeasure,
+    profile: str | None,
+) -> bool:
+    """Measure the flagged latency regressions again in fresh sessions, within the budget, and mark
+    them confirmed or not (optbench/gate/ab_confirm.py); the second runs go to confirm/base and
+    confirm/head. Returns True when Ctrl-C stopped it (the first verdicts stand, unconfirmed)."""
+    from optbench.gate import ab_confirm, paired
+
+    item_of = {str(r["case_id"]): str(r["_nodeid"]) for r in run.sides["head"].rows}
+    measured = run.measured
+    plan = ab_confirm.choose(
+        verdicts, judged, item_of, measured.item_seconds, measured.start_s, run.options.confirm_budget
+    )
+    if not plan.cases and not plan.left_out:
+        return False
+    record: dict[str, Any] = {
+        "budget_s": run.options.confirm_budget,
+        "estimate_s": round(plan.estimate_s, 1),
+        "cases": plan.cases,
+        "left_out": plan.left_out,
+    }
+    run.confirmation = record
+    if not plan.cases:
+        return False
+    print(
+        f"optbench ab: {len(plan.cases)} latency regression(s) flagged; measuring again in fresh sessions "
+        f"(about {plan.estimate_s:.0f} s): {', '.join(plan.cases)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    started = time.monotonic()
+    try:
+        second = remeasure(plan.items)
+    except KeyboardInterrupt:
+        record["error"] = "interrupted: the first verdicts stand, unconfirmed"
+        print(f"optbench ab: confirmation {record['error']}", file=sys.stderr)
+        return True
+    except UsageProblem as problem:
+        record["error"] = f"could not measure again: {problem}"
+        print(f"optbench ab: confirmation {record['error']}", file=sys.stderr)
+        return False
+    finally:
+        record["wall_s"] = round(time.monotonic() - started, 1)
+    for side in second.sides.values():
+        folder = run.out / "confirm" / side.name
+        _write_run(folder, pool(side.rows, profile), _manifest(side), f"confirm-{side.name}")
+    pairs = paired_slices(second.sides["base"].rows, second.sides["head"].rows)
+    again = ab_confirm.judge(verdicts, plan.cases, pairs, config)
+    record["paired_ratios"] = {c: paired.ratios(pairs.get(c, [])) for c in plan.cases}
+    record["verdicts"] = {c: again[c].verdict if c in again else None for c in plan.cases}
+    return False
 
 
 def _markdown(
@@ -939,6 +1068,7 @@ def _markdown(
             "slices, or a case timed in fewer than 6 slices; such verdicts false-alarm more on a shared "
             "machine."
         )
+    notes += _confirmation_notes(run.confirmation)
     if changed:
         more = f" and {len(changed) - 20} more" if len(changed) > 20 else ""
         notes.append(
@@ -947,3 +1077,26 @@ def _markdown(
     if notes:
         lines += ["", "**Notes:**", *notes]
     return "\n".join(lines) + "\n"
+
+
+def _confirmation_notes(record: dict[str, Any] | None) -> list[str]:
+    if not record:
+        return []
+    notes = []
+    if record.get("cases"):
+        found = record.get("verdicts") or {}
+        shown = ", ".join(f"`{c}` ({found.get(c) or 'not judged'})" for c in record["cases"])
+        took = f" in {record['wall_s']:.0f} s" if "wall_s" in record else ""
+        notes.append(
+            f"- latency regressions measured again in a fresh pair of sessions{took} (a regression fails "
+            f"only if seen again): {shown}"
+        )
+    if record.get("error"):
+        notes.append(f"- confirmation: {record['error']}")
+    if record.get("left_out"):
+        shown = ", ".join(f"`{c}`" for c in record["left_out"])
+        notes.append(
+            f"- not measured again within the {record['budget_s']:g} s confirmation budget (they fail "
+            f"unconfirmed; raise `--confirm-budget`): {shown}"
+        )
+    return notes

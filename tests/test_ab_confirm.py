@@ -1,0 +1,127 @@
+"""`optbench ab`'s confirmation on synthetic pairs: which flagged cases are measured again within the
+budget, how the second measurement confirms or refutes them, and what a Ctrl-C during it leaves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from optbench.gate import ab_confirm
+from optbench.gate.ab import AbOptions, AbRun, Measured, Side, _confirm, _confirmation_notes
+from optbench.gate.config import GateConfig
+from optbench.gate.verdicts import REGRESSED, UNCHANGED, Verdict, failed
+
+CONFIG = GateConfig()
+
+
+def _flagged(case_id: str, ratio: float) -> Verdict:
+    return Verdict(case_id, "latency_ms", REGRESSED, ratio=ratio, p_value=1e-4, p_adjusted=1e-4, reason="x")
+
+
+def _pairs(ratio: float, n: int = 16, seed: int = 0) -> list[tuple[list[float], list[float]]]:
+    """n pairs of 3 samples per side, head `ratio` times base, with 2% noise."""
+    rng = np.random.default_rng(seed)
+    return [(list(10 * rng.normal(1, 0.02, 3)), list(10 * ratio * rng.normal(1, 0.02, 3))) for _ in range(n)]
+
+
+def test_choose_takes_the_worst_first_within_the_budget():
+    verdicts = [_flagged("a", 1.10), _flagged("b", 1.30), _flagged("c", 1.20), _flagged("u", 1.5)]
+    verdicts.append(Verdict("d", "latency_ms", UNCHANGED, ratio=1.0))
+    items = {"a": "t[a]", "b": "t[b]", "c": "t[c]", "u": "t[u]", "d": "t[d]"}
+    seconds = {"t[a]": 10.0, "t[b]": 10.0, "t[c]": 30.0, "t[u]": 1.0, "t[d]": 1.0}
+    # u was not judged on pairs (pooled verdict): not measured again here; d did not regress.
+    plan = ab_confirm.choose(verdicts, {"a", "b", "c", "d"}, items, seconds, start_s=5.0, budget_s=30.0)
+    assert plan.cases == ["b", "a"] and plan.items == ["t[b]", "t[a]"]
+    assert plan.left_out == ["c"] and plan.estimate_s == 25.0
+    assert ab_confirm.choose(verdicts, {"a"}, items, seconds, 5.0, budget_s=0).cases == []
+
+
+def test_a_regression_seen_again_is_confirmed_and_one_not_seen_is_refuted():
+    verdicts = [_flagged("slow", 1.10), _flagged("layout", 1.07)]
+    pairs = {"slow": _pairs(1.10, seed=1), "layout": _pairs(1.00, seed=2)}
+    again = ab_confirm.judge(verdicts, ["slow", "layout"], pairs, CONFIG)
+    assert again["slow"].verdict == REGRESSED and again["layout"].verdict == UNCHANGED
+    assert [v.confirmed for v in verdicts] == [True, False]
+    assert [v.case_id for v in failed(verdicts)] == ["slow"]  # the refuted one no longer fails
+    assert "measured again: ratio 1.1" in verdicts[0].reason
+    assert "not confirmed: does not fail" in verdicts[1].reason
+
+
+def test_a_case_the_second_measurement_could_not_judge_keeps_failing():
+    verdicts = [_flagged("crashed", 1.2), _flagged("short", 1.2)]
+    pairs = {"short": _pairs(1.0, n=3)}  # too few pairs to refute anything; "crashed": none at all
+    assert ab_confirm.judge(verdicts, ["crashed", "short"], pairs, CONFIG) == {}
+    assert [v.confirmed for v in verdicts] == [None, None] and len(failed(verdicts)) == 2
+
+
+def _rows(case_id: str, samples: list[float], ends: list[int]) -> list[dict]:
+    return [
+        {
+            "case_id": case_id,
+            "status": "passed",
+            "samples_ms": samples,
+            "_round": 1,
+            "_nodeid": f"t[{case_id}]",
+        }
+        | {"_slice_ends": ends}
+    ]
+
+
+def _measured(tmp: Path, ratio: float) -> Measured:
+    sides = {}
+    for name, factor in (("base", 1.0), ("head", ratio)):
+        flat = [s * factor for b, _ in _pairs(1.0, seed=3) for s in b]
+        side = Side(name, "0" * 40, tmp, {}, tmp / "raw" / name, tmp / f"{name}.log")
+        side.rows = _rows("m-x-cpu-bs1", flat, [3 * k for k in range(1, 16)])
+        sides[name] = side
+    return Measured(sides, ["t[m-x-cpu-bs1]"], {"t[m-x-cpu-bs1]": 4.0}, 3.0)
+
+
+def test_confirm_measures_the_flagged_item_again_and_records_it(tmp_path):
+    run = AbRun(AbOptions(base="HEAD"), _measured(tmp_path, 1.2), tmp_path, "a", "b", False, "", 10.0)
+    verdicts = [_flagged("m-x-cpu-bs1", 1.2)]
+    asked = []
+
+    def remeasure(items: list[str]) -> Measured:
+        asked.append(items)
+        return _measured(tmp_path / "second", 1.0)  # the second pair of sessions sees no change
+
+    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, CONFIG, remeasure, None) is False
+    assert asked == [["t[m-x-cpu-bs1]"]]
+    assert verdicts[0].confirmed is False and not failed(verdicts)
+    record = run.confirmation
+    assert record["cases"] == ["m-x-cpu-bs1"] and record["verdicts"] == {"m-x-cpu-bs1": UNCHANGED}
+    assert record["estimate_s"] == 7.0 and len(record["paired_ratios"]["m-x-cpu-bs1"]) == 16
+    rows = (tmp_path / "confirm" / "head" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(r)["case_id"] for r in rows] == ["m-x-cpu-bs1"]
+    (note,) = _confirmation_notes(record)
+    assert "measured again in a fresh pair of sessions" in note and "`m-x-cpu-bs1` (unchanged)" in note
+
+
+def test_ctrl_c_during_the_confirmation_keeps_the_first_verdicts_failing(tmp_path):
+    run = AbRun(AbOptions(base="HEAD"), _measured(tmp_path, 1.2), tmp_path, "a", "b", False, "", 10.0)
+    verdicts = [_flagged("m-x-cpu-bs1", 1.2)]
+
+    def remeasure(items: list[str]) -> Measured:
+        raise KeyboardInterrupt
+
+    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, CONFIG, remeasure, None) is True
+    assert verdicts[0].confirmed is None and failed(verdicts)
+    assert "interrupted" in run.confirmation["error"]
+    assert any("interrupted" in n for n in _confirmation_notes(run.confirmation))
+
+
+def test_a_budget_too_small_leaves_the_regression_failing_unconfirmed(tmp_path):
+    options = AbOptions(base="HEAD", confirm_budget=5.0)
+    run = AbRun(options, _measured(tmp_path, 1.2), tmp_path, "a", "b", False, "", 10.0)
+    verdicts = [_flagged("m-x-cpu-bs1", 1.2)]
+
+    def remeasure(items: list[str]) -> Measured:
+        raise AssertionError("nothing fits the budget: nothing is measured again")
+
+    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, CONFIG, remeasure, None) is False
+    assert verdicts[0].confirmed is None and failed(verdicts)
+    assert run.confirmation["left_out"] == ["m-x-cpu-bs1"]
+    assert "raise `--confirm-budget`" in _confirmation_notes(run.confirmation)[0]
