@@ -168,10 +168,10 @@ def main() -> int:
         capture_output=True,
         env=env,
     )
-    # The plain run of the same selection, timed as the A/B runs are (a fresh process, warm caches):
-    # the yardstick for the gate's cost.
-    plain = []
-    for _ in range(2):
+
+    def plain_run() -> float:
+        """The plain run of the same selection, timed as the A/B runs are (a fresh process, warm
+        caches): the yardstick for the gate's cost."""
         start = time.perf_counter()
         subprocess.run(
             [python, "-m", "pytest", *pytest_args, "--results-dir", str(work / "plain")],
@@ -179,8 +179,8 @@ def main() -> int:
             capture_output=True,
             env=env,
         )
-        plain.append(time.perf_counter() - start)
-    print(f"plain pytest on the selection: {', '.join(f'{s:.0f} s' for s in plain)}", flush=True)
+        return time.perf_counter() - start
+
     trials = []
     for number, (kind, settings) in enumerate(plan):
         result = trial(
@@ -194,14 +194,19 @@ def main() -> int:
             env,
         )
         result["kind"] = kind
+        if kind == "A/A":
+            # A plain run right after each A/A run: the machine's speed drifts over an hour, so the
+            # cost is the median of adjacent ratios, not of two runs at the start.
+            result["plain_s"] = plain_run()
         trials.append(result)
         flagged = ", ".join(result["flagged"]) or "-"
         reached = f" calibrated {result['injected_ratio']:.3f}" if result.get("injected_ratio") else ""
         paired = f" paired {result['paired_median']:.3f}" if result.get("paired_median") else ""
         refuted = ", ".join(result.get("unconfirmed", []))
         refuted = f"  refuted on re-measuring: {refuted}" if refuted else ""
+        plain = f" (plain {result['plain_s']:.0f} s)" if "plain_s" in result else ""
         print(
-            f"{number:3d} {kind:14s} exit {result['exit']} {result['wall_s']:6.0f} s{reached}{paired}  "
+            f"{number:3d} {kind:14s} exit {result['exit']} {result['wall_s']:6.0f} s{plain}{reached}{paired}  "
             f"flagged: {flagged}{refuted} {result['error']}",
             flush=True,
         )
@@ -231,12 +236,16 @@ def main() -> int:
         if injected:
             seen += f", calibrated {min(injected):.3f}-{max(injected):.3f}"
         print(f"{kind}: detected in {caught} of {len(runs)} runs ({caught / len(runs):.0%}){seen}")
-    walls = [t["wall_s"] for t in aa]  # A/A: no calibration of an injected slowdown in the way
-    if walls:
-        ab_wall, plain_wall = statistics.median(walls), statistics.median(plain)
+    if aa:  # A/A: no calibration of an injected slowdown in the way
+        costs = [t["wall_s"] / t["plain_s"] for t in aa]
+        ab_wall, plain_wall = (
+            statistics.median(t["wall_s"] for t in aa),
+            statistics.median(t["plain_s"] for t in aa),
+        )
         print(
-            f"optbench ab wall time per run: median {ab_wall:.0f} s, {ab_wall / plain_wall:.1f}x the plain "
-            f"run ({plain_wall:.0f} s): the gate adds {ab_wall / plain_wall - 1:.1f}x"
+            f"optbench ab wall time per run: median {ab_wall:.0f} s against {plain_wall:.0f} s plain; "
+            f"adjacent ratios median {statistics.median(costs):.2f}x (range {min(costs):.2f}-{max(costs):.2f}): "
+            f"the gate adds {statistics.median(costs) - 1:.2f}x"
         )
     errors = [t for t in trials if t["error"]]
     if errors:
