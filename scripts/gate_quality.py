@@ -130,6 +130,60 @@ def trial(
     return result
 
 
+def redecide(kept: Path) -> int:
+    """Judge a kept measurement's recorded first-pass pairs (and, where one ran, the confirmation's)
+    again with this checkout's rule (optbench/gate/paired.py), and print what changes: a new decision
+    rule checked on the same data. A case that now needs a confirmation the recorded run did not
+    measure is counted apart: its outcome is unknown."""
+    from optbench.gate import paired
+    from optbench.gate.config import GateConfig
+    from optbench.gate.verdicts import REGRESSED, UNCHANGED, Verdict
+
+    config = GateConfig()
+
+    def judge(found: dict[str, list[float]]) -> set[str]:
+        verdicts = [Verdict(c, "latency_ms", UNCHANGED) for c in found]
+        pairs = {c: [([1.0], [r]) for r in ratios] for c, ratios in found.items()}
+        paired.decide(verdicts, pairs, config.correction, config.for_case)
+        return {v.case_id for v in verdicts if v.verdict == REGRESSED}
+
+    trials = json.loads((kept / "trials.json").read_text())
+    tally: dict[str, dict[str, int]] = {}
+    for number, t in enumerate(trials):
+        gate = kept / "runs" / f"{number:03d}" / "gate.json"
+        if t["error"] or not gate.exists():
+            continue
+        data = json.loads(gate.read_text())
+        flagged = judge(data["ab"]["paired_ratios"])
+        record = data["ab"].get("confirmation") or {}
+        measured = record.get("paired_ratios") or {}
+        confirmed = judge({c: r for c, r in measured.items() if c in flagged}) if measured else set()
+        unknown = flagged - set(measured)
+        other = [v for v in data["verdicts"] if v["metric"] != "latency_ms" and v["verdict"] == REGRESSED]
+        caught = any(CASE_TECHNIQUE in c for c in confirmed) or any(
+            CASE_TECHNIQUE in v["case_id"] for v in other
+        )
+        counts = tally.setdefault(t["kind"], {"runs": 0, "failing": 0, "caught": 0, "unknown": 0})
+        counts["runs"] += 1
+        counts["failing"] += bool(confirmed or other)
+        counts["caught"] += caught
+        counts["unknown"] += bool(unknown) and not caught
+        was = "fail" if t["exit"] == 1 else "pass"
+        now = (
+            "fail"
+            if (confirmed or other)
+            else ("unknown (a confirmation not measured)" if unknown else "pass")
+        )
+        if was != now.split()[0] or unknown:
+            print(f"{number:3d} {t['kind']:14s} recorded {was}, now {now}: flagged {sorted(flagged) or '-'}")
+    for kind, c in tally.items():
+        print(
+            f"{kind}: {c['runs']} runs, {c['failing']} failing, injected change caught in {c['caught']}, "
+            f"{c['unknown']} unknown (flagged now, confirmation not measured)"
+        )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aa", type=int, default=10, help="A/A runs (identical code)")
@@ -143,8 +197,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="optbench ab --rounds")
     parser.add_argument("--slices", type=int, default=16, help="optbench ab --slices")
     parser.add_argument("--keep", metavar="DIR", help="keep every run's folder and a trials.json here")
+    parser.add_argument(
+        "--redecide",
+        metavar="KEPT",
+        help="measure nothing: judge the pairs recorded in a --keep folder again with this checkout's rule",
+    )
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args()
+    if args.redecide:
+        return redecide(Path(args.redecide))
     pytest_args = args.pytest_args or [
         "bench/test_inference.py", "--profile", "smoke", "--models", "resnet18", "--devices", "cpu",
     ]  # fmt: skip
