@@ -600,9 +600,10 @@ def _pairs_markdown(ratios: dict[str, list[float]], config: Any) -> list[str]:
         "",
         "Head's median latency over base's in each pair of timing slices (or each round, where a side "
         "could not slice), the two measured moments apart on this machine. A latency change fails only "
-        "when the signed-rank test on the pairs is significant after correction and the median ratio "
-        "passes the A/B threshold. (In the verdicts above, baseline and this run are the pooled "
-        "medians; the latency ratio and its interval are the pairs'.)",
+        "when the one-sided signed-rank test on the pairs is significant after correction, the median "
+        "ratio passes the A/B threshold, and a fresh pair of sessions measuring it again agrees. (In "
+        "the verdicts above, baseline and this run are the pooled medians; the latency ratio and its "
+        "interval are the pairs'.)",
         "",
         "| case | pairs | median | range | past the threshold |",
         "|---|---|---|---|---|",
