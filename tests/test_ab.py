@@ -175,6 +175,10 @@ def test_pool_joins_the_rounds_samples_and_keeps_a_failed_round():
             ["ab", "--base", "HEAD", "--slice-rounds", "0"],
             "--slice-rounds takes a whole number from 1 to 1000, got 0",
         ),
+        (
+            ["ab", "--base", "HEAD", "--confirm-budget", "-1"],
+            "--confirm-budget takes seconds, 0 or more, got -1.0",
+        ),
         (["ab", "--base", "HEAD", "--", "bench/", "--run-id", "x"], "--run-id is set by optbench ab"),
         (["ab", "--base", "HEAD", "--", "--results-dir=r"], "--results-dir is set by optbench ab"),
     ],
