@@ -4,7 +4,7 @@ if a fresh pair of sessions, measuring that case again, finds it too.
 Why fresh sessions: on identical code one session can run a case a few percent slower than the other
 session for its whole life (where its memory landed, which core its threads settled on). Every pair of
 slices then agrees, so the signed-rank test is confident, and no pairing inside one pair of sessions
-removes it: here, 1 of 27 identical-code cases came out 6.8% slower with p = 0.0001. New processes
+removes it: in a diagnostic run here, an unchanged case came out 6.8% slower with p = 0.00006. New processes
 draw that effect anew, so a real regression shows again and a session effect rarely does twice. The
 second measurement is judged alone, by the same rule (paired.decide), corrected over the cases
 measured again. No torch here."""
