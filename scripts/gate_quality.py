@@ -135,16 +135,28 @@ def redecide(kept: Path) -> int:
     again with this checkout's rule (optbench/gate/paired.py), and print what changes: a new decision
     rule checked on the same data. A case that now needs a confirmation the recorded run did not
     measure is counted apart: its outcome is unknown."""
-    from optbench.gate import paired
+    from optbench.gate import ab_confirm, paired
     from optbench.gate.config import GateConfig
     from optbench.gate.verdicts import REGRESSED, UNCHANGED, Verdict
 
     config = GateConfig()
 
+    def as_pairs(found: dict[str, list[float]]) -> dict[str, list[paired.Pair]]:
+        return {c: [([1.0], [r]) for r in ratios] for c, ratios in found.items()}
+
+    def confirmed_of(first: dict[str, list[float]], second: dict[str, list[float]]) -> set[str]:
+        """The cases the first pass flags and the confirmation (as recorded) confirms."""
+        verdicts = [Verdict(c, "latency_ms", UNCHANGED) for c in first]
+        paired.decide(verdicts, as_pairs(first), config.correction, config.for_case)
+        flagged = [v for v in verdicts if v.verdict == REGRESSED]
+        cases = [v.case_id for v in flagged if v.case_id in second]
+        if cases:
+            ab_confirm.judge(flagged, cases, as_pairs(first), as_pairs(second), config)
+        return {v.case_id for v in flagged if v.confirmed}
+
     def judge(found: dict[str, list[float]]) -> set[str]:
         verdicts = [Verdict(c, "latency_ms", UNCHANGED) for c in found]
-        pairs = {c: [([1.0], [r]) for r in ratios] for c, ratios in found.items()}
-        paired.decide(verdicts, pairs, config.correction, config.for_case)
+        paired.decide(verdicts, as_pairs(found), config.correction, config.for_case)
         return {v.case_id for v in verdicts if v.verdict == REGRESSED}
 
     trials = json.loads((kept / "trials.json").read_text())
@@ -157,7 +169,7 @@ def redecide(kept: Path) -> int:
         flagged = judge(data["ab"]["paired_ratios"])
         record = data["ab"].get("confirmation") or {}
         measured = record.get("paired_ratios") or {}
-        confirmed = judge({c: r for c, r in measured.items() if c in flagged}) if measured else set()
+        confirmed = confirmed_of(data["ab"]["paired_ratios"], measured)
         unknown = flagged - set(measured)
         other = [v for v in data["verdicts"] if v["metric"] != "latency_ms" and v["verdict"] == REGRESSED]
         caught = any(CASE_TECHNIQUE in c for c in confirmed) or any(

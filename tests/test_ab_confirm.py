@@ -40,19 +40,38 @@ def test_choose_takes_the_worst_first_within_the_budget():
 
 def test_a_regression_seen_again_is_confirmed_and_one_not_seen_is_refuted():
     verdicts = [_flagged("slow", 1.10), _flagged("layout", 1.07)]
+    first = {"slow": _pairs(1.10, seed=3), "layout": _pairs(1.07, seed=4)}
     pairs = {"slow": _pairs(1.10, seed=1), "layout": _pairs(1.00, seed=2)}
-    again = ab_confirm.judge(verdicts, ["slow", "layout"], pairs, CONFIG)
+    again = ab_confirm.judge(verdicts, ["slow", "layout"], first, pairs, CONFIG)
     assert again["slow"].verdict == REGRESSED and again["layout"].verdict == UNCHANGED
+    # A session effect of +7% needs the fresh sessions past +3% too: 1.00 leaves 1.035 over both.
+    assert 1.02 < again["layout"].ratio < 1.045
     assert [v.confirmed for v in verdicts] == [True, False]
     assert [v.case_id for v in failed(verdicts)] == ["slow"]  # the refuted one no longer fails
     assert "measured again: ratio 1.1" in verdicts[0].reason
     assert "not confirmed: does not fail" in verdicts[1].reason
 
 
+def test_both_measurements_count_once_each():
+    # Live run, 10% injected: 1.086 first, 1.025 in the fresh sessions. Judged alone the second was
+    # refuted; together (1.055) the slowdown holds.
+    verdicts = [_flagged("slowed", 1.086), _flagged("burst", 1.30)]
+    first = {"slowed": _pairs(1.086, seed=5), "burst": _pairs(1.30, seed=6)}
+    pairs = {"slowed": _pairs(1.025, seed=7), "burst": _pairs(0.95, seed=8)}
+    again = ab_confirm.judge(verdicts, ["slowed", "burst"], first, pairs, CONFIG)
+    assert again["slowed"].verdict == REGRESSED and 1.05 < again["slowed"].ratio < 1.06
+    assert again["slowed"].p_adjusted < CONFIG.for_case("slowed").alpha
+    # 1.30 then 0.95 is 1.11 together, but fresh sessions that run it faster do not confirm a slowdown.
+    assert again["burst"].ratio > 1.1 and again["burst"].verdict == UNCHANGED
+    assert "do not lean slower" in again["burst"].reason
+    assert [v.confirmed for v in verdicts] == [True, False]
+
+
 def test_a_case_the_second_measurement_could_not_judge_keeps_failing():
     verdicts = [_flagged("crashed", 1.2), _flagged("short", 1.2)]
+    first = {"crashed": _pairs(1.2), "short": _pairs(1.2)}
     pairs = {"short": _pairs(1.0, n=3)}  # too few pairs to refute anything; "crashed": none at all
-    assert ab_confirm.judge(verdicts, ["crashed", "short"], pairs, CONFIG) == {}
+    assert ab_confirm.judge(verdicts, ["crashed", "short"], first, pairs, CONFIG) == {}
     assert [v.confirmed for v in verdicts] == [None, None] and len(failed(verdicts)) == 2
 
 
@@ -81,14 +100,15 @@ def _measured(tmp: Path, ratio: float) -> Measured:
 
 def test_confirm_measures_the_flagged_item_again_and_records_it(tmp_path):
     run = AbRun(AbOptions(base="HEAD"), _measured(tmp_path, 1.2), tmp_path, "a", "b", False, "", 10.0)
-    verdicts = [_flagged("m-x-cpu-bs1", 1.2)]
+    verdicts = [_flagged("m-x-cpu-bs1", 1.06)]
+    first = {"m-x-cpu-bs1": _pairs(1.06)}
     asked = []
 
     def remeasure(items: list[str]) -> Measured:
         asked.append(items)
         return _measured(tmp_path / "second", 1.0)  # the second pair of sessions sees no change
 
-    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, CONFIG, remeasure, None) is False
+    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, first, CONFIG, remeasure, None) is False
     assert asked == [["t[m-x-cpu-bs1]"]]
     assert verdicts[0].confirmed is False and not failed(verdicts)
     record = run.confirmation
@@ -97,7 +117,8 @@ def test_confirm_measures_the_flagged_item_again_and_records_it(tmp_path):
     rows = (tmp_path / "confirm" / "head" / "results.jsonl").read_text().splitlines()
     assert [json.loads(r)["case_id"] for r in rows] == ["m-x-cpu-bs1"]
     (note,) = _confirmation_notes(record)
-    assert "measured again in a fresh pair of sessions" in note and "`m-x-cpu-bs1` (unchanged)" in note
+    assert "measured again in a fresh pair of sessions" in note
+    assert "`m-x-cpu-bs1` (unchanged, 1.03x over both measurements)" in note and record["ratios"]
 
 
 def test_ctrl_c_during_the_confirmation_keeps_the_first_verdicts_failing(tmp_path):
@@ -107,7 +128,8 @@ def test_ctrl_c_during_the_confirmation_keeps_the_first_verdicts_failing(tmp_pat
     def remeasure(items: list[str]) -> Measured:
         raise KeyboardInterrupt
 
-    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, CONFIG, remeasure, None) is True
+    first = {"m-x-cpu-bs1": _pairs(1.2)}
+    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, first, CONFIG, remeasure, None) is True
     assert verdicts[0].confirmed is None and failed(verdicts)
     assert "interrupted" in run.confirmation["error"]
     assert any("interrupted" in n for n in _confirmation_notes(run.confirmation))
@@ -121,7 +143,7 @@ def test_a_budget_too_small_leaves_the_regression_failing_unconfirmed(tmp_path):
     def remeasure(items: list[str]) -> Measured:
         raise AssertionError("nothing fits the budget: nothing is measured again")
 
-    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, CONFIG, remeasure, None) is False
+    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, {}, CONFIG, remeasure, None) is False
     assert verdicts[0].confirmed is None and failed(verdicts)
     assert run.confirmation["left_out"] == ["m-x-cpu-bs1"]
     assert "raise `--confirm-budget`" in _confirmation_notes(run.confirmation)[0]

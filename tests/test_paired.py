@@ -238,4 +238,3 @@ def test_one_wild_pair_against_a_large_slowdown_does_not_hide_it():
     assert signed_rank_p(slow) > 0.004  # what the two-sided test gave, before any correction
     assert found["faster"].verdict == UNCHANGED and "for faster" in found["faster"].reason
     assert found["same"].verdict == UNCHANGED
-

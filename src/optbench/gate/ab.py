@@ -601,7 +601,8 @@ def _pairs_markdown(ratios: dict[str, list[float]], config: Any) -> list[str]:
         "Head's median latency over base's in each pair of timing slices (or each round, where a side "
         "could not slice), the two measured moments apart on this machine. A latency change fails only "
         "when the one-sided signed-rank test on the pairs is significant after correction, the median "
-        "ratio passes the A/B threshold, and a fresh pair of sessions measuring it again agrees. (In "
+        "ratio passes the A/B threshold, and it holds when a fresh pair of sessions measures it again "
+        "(both measurements weighed together; the fresh one must lean slower). (In "
         "the verdicts above, baseline and this run are the pooled medians; the latency ratio and its "
         "interval are the pairs'.)",
         "",
@@ -909,7 +910,7 @@ def _gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
             )
     interrupted = False
     if remeasure is not None:
-        interrupted = _confirm(run, verdicts, judged, config, remeasure, profile)
+        interrupted = _confirm(run, verdicts, judged, pairs, config, remeasure, profile)
     if head.crashed_on:  # a head that crashes or hangs on a case has regressed there
         crashed = _short(head.crashed_on)
         verdicts = [v for v in verdicts if not (v.case_id == crashed and v.verdict == MISSING)]
@@ -969,13 +970,15 @@ def _confirm(
     run: AbRun,
     verdicts: list[Any],
     judged: set[str],
+    first: dict[str, list[Any]],
     config: Any,
     remeasure: Remeasure,
     profile: str | None,
 ) -> bool:
     """Measure the flagged latency regressions again in fresh sessions, within the budget, and mark
-    them confirmed or not (optbench/gate/ab_confirm.py); the second runs go to confirm/base and
-    confirm/head. Returns True when Ctrl-C stopped it (the first verdicts stand, unconfirmed)."""
+    them confirmed or not on both measurements' pairs (`first` and the fresh ones; see
+    optbench/gate/ab_confirm.py); the second runs go to confirm/base and confirm/head. Returns True
+    when Ctrl-C stopped it (the first verdicts stand, unconfirmed)."""
     from optbench.gate import ab_confirm, paired
 
     item_of = {str(r["case_id"]): str(r["_nodeid"]) for r in run.sides["head"].rows}
@@ -1017,9 +1020,11 @@ def _confirm(
         folder = run.out / "confirm" / side.name
         _write_run(folder, pool(side.rows, profile), _manifest(side), f"confirm-{side.name}")
     pairs = paired_slices(second.sides["base"].rows, second.sides["head"].rows)
-    again = ab_confirm.judge(verdicts, plan.cases, pairs, config)
+    again = ab_confirm.judge(verdicts, plan.cases, first, pairs, config)
     record["paired_ratios"] = {c: paired.ratios(pairs.get(c, [])) for c in plan.cases}
     record["verdicts"] = {c: again[c].verdict if c in again else None for c in plan.cases}
+    # The size of the change both measurements agree on (ab_confirm: geometric mean of their medians).
+    record["ratios"] = {c: round(again[c].ratio, 4) for c in plan.cases if c in again}
     return False
 
 
@@ -1085,12 +1090,16 @@ def _confirmation_notes(record: dict[str, Any] | None) -> list[str]:
         return []
     notes = []
     if record.get("cases"):
-        found = record.get("verdicts") or {}
-        shown = ", ".join(f"`{c}` ({found.get(c) or 'not judged'})" for c in record["cases"])
+        found, both = record.get("verdicts") or {}, record.get("ratios") or {}
+        shown = ", ".join(
+            f"`{c}` ({found.get(c) or 'not judged'}"
+            + (f", {both[c]:.3g}x over both measurements)" if c in both else ")")
+            for c in record["cases"]
+        )
         took = f" in {record['wall_s']:.0f} s" if "wall_s" in record else ""
         notes.append(
             f"- latency regressions measured again in a fresh pair of sessions{took} (a regression fails "
-            f"only if seen again): {shown}"
+            f"only if it holds over both measurements): {shown}"
         )
     if record.get("error"):
         notes.append(f"- confirmation: {record['error']}")

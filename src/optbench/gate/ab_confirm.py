@@ -5,17 +5,28 @@ Why fresh sessions: on identical code one session can run a case a few percent s
 session for its whole life (where its memory landed, which core its threads settled on). Every pair of
 slices then agrees, so the signed-rank test is confident, and no pairing inside one pair of sessions
 removes it: in a diagnostic run here, an unchanged case came out 6.8% slower with p = 0.00006. New processes
-draw that effect anew, so a real regression shows again and a session effect rarely does twice. The
-second measurement is judged alone, by the same rule (paired.decide), corrected over the cases
-measured again. No torch here."""
+draw that effect anew, so a real regression shows again and a session effect rarely does twice.
+
+How the two measurements are weighed: the size of the change is the geometric mean of the two
+measurements' median paired ratios, each pair of sessions counting once; its significance is the
+one-sided signed-rank test on both measurements' pairs together, corrected over the cases measured
+again; and the second measurement must itself lean slower (median ratio above 1). A session effect of
++6.8% then needs the fresh sessions to come out above +3.2% too, while a real 10% slowdown that one
+pair of sessions happened to measure at +2.5% is still confirmed. Measured reason: judging the second
+measurement alone against the threshold refuted a calibrated 10% slowdown (1.086, then 1.025: 1.055
+together) and so missed 1 of 8 in a live run; on 34 recorded confirmations the rule here changes
+only that one. No torch here."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from optbench.gate import paired
-from optbench.gate.verdicts import UNCHANGED, Verdict, apply_confirmation, to_confirm
+from optbench.gate.verdicts import REGRESSED, UNCHANGED, Verdict, apply_confirmation, to_confirm
 
 
 @dataclass
@@ -62,15 +73,38 @@ def choose(
 
 
 def judge(
-    verdicts: list[Verdict], cases: list[str], pairs: dict[str, list[paired.Pair]], config: Any
+    verdicts: list[Verdict],
+    cases: list[str],
+    first: dict[str, list[paired.Pair]],
+    pairs: dict[str, list[paired.Pair]],
+    config: Any,
 ) -> dict[str, Verdict]:
-    """Judge the second measurement's pairs of `cases` and mark each first verdict confirmed or not.
-    A case the second measurement could not judge (its session crashed, too few pairs) stays
-    unconfirmed-and-failing: only a measurement that ran can refute a regression. Returns the second
-    verdicts."""
+    """Judge `cases` on the first measurement's pairs (`first`) and the second's (`pairs`) together,
+    as the module says, and mark each first verdict confirmed or not. A case the second measurement
+    could not judge (its session crashed, too few pairs) stays unconfirmed-and-failing: only a
+    measurement that ran can refute a regression. Returns the second verdicts."""
     from optbench.gate.ab import GATED
 
-    second = [Verdict(case_id, GATED, UNCHANGED) for case_id in cases]
-    judged = paired.decide(second, pairs, config.correction, config.for_case)
+    again = {c: paired.ratios(pairs.get(c, [])) for c in cases}
+    measured = [c for c in cases if len(again[c]) >= paired.MIN_PAIRS]
+    medians = {c: (_median(paired.ratios(first.get(c, []))), _median(again[c])) for c in measured}
+
+    def both(case_id: str, _: list[float]) -> float:
+        one, two = medians[case_id]
+        return math.sqrt(one * two) if one > 0 else two
+
+    second = [Verdict(case_id, GATED, UNCHANGED) for case_id in measured]
+    together = {c: first.get(c, []) + pairs[c] for c in measured}
+    judged = paired.decide(second, together, config.correction, config.for_case, effect=both)
+    for v in second:
+        one, two = medians[v.case_id]
+        v.reason = f"measured {two:.3g}, first {one:.3g}: {v.reason}"
+        if v.verdict == REGRESSED and two <= 1:
+            v.verdict = UNCHANGED
+            v.reason = f"measured {two:.3g}, first {one:.3g}: the fresh sessions do not lean slower"
     apply_confirmation(verdicts, [v for v in second if v.case_id in judged], judged)
     return {v.case_id: v for v in second if v.case_id in judged}
+
+
+def _median(ratios: list[float]) -> float:
+    return float(np.median(ratios)) if ratios else 0.0

@@ -22,6 +22,7 @@ on 16% of identical cases. No torch here."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -81,11 +82,13 @@ def decide(
     pairs: dict[str, list[Pair]],
     correction: str,
     thresholds: Any,
+    effect: Callable[[str, list[float]], float] | None = None,
 ) -> set[str]:
     """Re-judge each latency verdict whose case has at least MIN_PAIRS pairs of slices on them: ratio,
     interval and p from the pairs' ratios, corrected over those cases, against the A/B threshold
-    (`thresholds(case_id)` gives the case's Thresholds). Returns the case ids so judged; the others
-    keep their verdict."""
+    (`thresholds(case_id)` gives the case's Thresholds). `effect(case_id, ratios)` replaces the median
+    ratio as the size of the change (the confirmation weighs two measurements equally). Returns the
+    case ids so judged; the others keep their verdict."""
     from optbench.gate.verdicts import IMPROVED, REGRESSED, UNCHANGED, _correct
 
     judged = [v for v in verdicts if len(ratios(pairs.get(v.case_id, []))) >= MIN_PAIRS]
@@ -96,7 +99,7 @@ def decide(
     slower_adjusted, faster_adjusted = _correct(slower_p, correction), _correct(faster_p, correction)
     for i, (v, found) in enumerate(zip(judged, found_by_case, strict=True)):
         t = thresholds(v.case_id)
-        v.ratio = float(np.median(found))
+        v.ratio = float(effect(v.case_id, found) if effect else np.median(found))
         v.low, v.high = ratio_interval(found)
         up = v.ratio >= 1  # the direction the pairs lean: its test is the one reported
         p, adjusted = (slower_p[i], slower_adjusted[i]) if up else (faster_p[i], faster_adjusted[i])
