@@ -181,6 +181,7 @@ def test_pool_joins_the_rounds_samples_and_keeps_a_failed_round():
         ),
         (["ab", "--base", "HEAD", "--", "bench/", "--run-id", "x"], "--run-id is set by optbench ab"),
         (["ab", "--base", "HEAD", "--", "--results-dir=r"], "--results-dir is set by optbench ab"),
+        (["ab", "--base", "HEAD", "--config", "no-such.toml"], "--config no-such.toml: no such file"),
     ],
 )
 def test_bad_arguments_are_one_line(argv, message, capsys):

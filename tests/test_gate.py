@@ -4,6 +4,7 @@ comparisons, deterministic metrics, configuration, Markdown, exports and exit co
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -90,10 +91,16 @@ def test_another_machine_gates_only_the_ratio_to_eager():
         row("x", 100, machine_fingerprint="fp2", base_ms=200),
     ]
     v, found = verdicts_of(base, head)
-    assert ("x", "latency_ms") not in v and ("x", "peak_mem_mb") not in v
+    for metric in ("latency_ms", "peak_mem_mb"):  # twice as slow, but on another machine: not judged
+        assert v[("x", metric)].verdict == "not_comparable"
+        assert v[("x", metric)].reason == "machine changed (fp1 -> fp2)"
     assert v[("x", "latency_vs_eager")].verdict == "unchanged"  # twice as slow, like its eager: no regression
+    assert not failed(found)
     text = markdown(found, pd.DataFrame(base), pd.DataFrame(head))
     assert "`machine_fingerprint`: baseline fp1, this run fp2" in text
+    # one line for all cases, not two table rows per case
+    assert "Not compared in 2 cases: absolute latency and peak memory (machine changed (fp1 -> fp2)" in text
+    assert "| latency_ms |" not in text
 
 
 def test_a_slower_machine_is_no_regression_against_the_reference_workload():
@@ -195,11 +202,16 @@ def test_configuration_overrides_and_acknowledged_regressions():
     assert v[("y", "latency_ms")].verdict == "regressed" and v[("y", "latency_ms")].ignored
     assert not failed(found) and "2 acknowledged" in markdown(found)  # latency and its ratio to eager
     stale = GateConfig(Thresholds(fail_on_improvement_pct=25))
-    v, _ = verdicts_of([row(), row("x", 50)], [row(), row("x", 30)], stale)
+    v, _ = verdicts_of([row(), row("x", 50, spread=0.5)], [row(), row("x", 30, spread=0.5)], stale)
+    assert v[("x", "latency_ms")].verdict == "regressed"
+    # "x% faster" is in the limit's own measure (base / head - 1): 50 -> 30 ms is 66.7% faster
     assert (
-        v[("x", "latency_ms")].verdict == "regressed"
+        v[("x", "latency_ms")].reason.startswith("66.")
         and "refresh the baseline" in v[("x", "latency_ms")].reason
     )
+    under = GateConfig(Thresholds(fail_on_improvement_pct=40))  # 50 -> 38.5 ms: 30% faster, under 40%
+    v, _ = verdicts_of([row(), row("x", 50, spread=0.5)], [row(), row("x", 38.5, spread=0.5)], under)
+    assert v[("x", "latency_ms")].verdict == "improved" and v[("x", "latency_ms")].reason.startswith("29.")
 
 
 @pytest.mark.parametrize(
@@ -274,9 +286,68 @@ def test_cli_exit_codes_baseline_save_and_outputs(tmp_path, capsys, monkeypatch)
     assert "m-x-cpu-bs8" in json.loads((tmp_path / "bencher.out").read_text())
     assert main(["compare", str(tmp_path / "nope"), slow]) == EXIT_USAGE
     assert "no such results file or folder" in capsys.readouterr().err
+    assert main(["compare", str(saved), same, "--config", str(tmp_path / "nope.toml")]) == EXIT_USAGE
+    assert "--config" in capsys.readouterr().err
     (tmp_path / "pyproject.toml").write_text("[tool.optbench.gate]\nlatency_pct = 'x'\n")
     assert main(["compare", str(saved), slow]) == EXIT_USAGE
     assert "latency_pct must be a non-negative number" in capsys.readouterr().err
+
+
+def test_runs_with_nothing_to_compare_are_bad_input_never_a_pass(tmp_path, capsys):
+    base = _run(tmp_path / "base", [row(), row("x", 50)])
+    other = _run(tmp_path / "other", [row(model="n"), row("x", 50, model="n")])
+    assert main(["compare", base, other]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "no case in common (2 only in this run, 2 only in the baseline)" in err and err.count("\n") == 1
+    changed = _run(tmp_path / "changed", [row(model_code_hash="zzz"), row("x", 50, model_code_hash="zzz")])
+    assert main(["compare", base, changed]) == EXIT_USAGE
+    assert "no case in common could be compared (2 cases: model_code_hash changed)" in capsys.readouterr().err
+    skipped = {"status": "skipped", "reason": "needs a GPU"}
+    both = _run(tmp_path / "skip1", [row(**skipped)]), _run(tmp_path / "skip2", [row(**skipped)])
+    assert main(["compare", *both]) == EXIT_USAGE
+    assert "skipped or failed on both sides" in capsys.readouterr().err
+
+
+def test_unreadable_truncated_or_newer_baselines_are_one_line_and_overwrite_nothing(tmp_path, capsys):
+    base = _run(tmp_path / "base", [row(), row("x", 50)])
+    assert main(["baseline", "save", base, "--name", "main", "--dir", str(tmp_path / "b")]) == EXIT_OK
+    saved = tmp_path / "b" / "main" / "results.jsonl"
+    good = saved.read_bytes()
+    capsys.readouterr()
+
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    (truncated / "results.jsonl").write_bytes(good[: len(good) // 2])
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    lines = [json.loads(line) for line in good.decode().splitlines()]
+    (newer / "results.jsonl").write_text(
+        "".join(json.dumps({**r, "schema_version": 99}) + "\n" for r in lines)
+    )
+    folder = tmp_path / "folder"
+    (folder / "results.jsonl").mkdir(parents=True)  # unreadable: a folder where the file should be
+    empty = tmp_path / "empty"
+    ResultsWriter(empty).close()
+    cases = {
+        truncated: "is truncated or corrupt",
+        newer: "written by a newer optbench (results schema 99; this one reads up to 1)",
+        folder: "cannot read",
+        empty: "no rows",
+    }
+    for run, message in cases.items():
+        assert main(["compare", str(run), base]) == EXIT_USAGE, run
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+        if run is not folder:  # nothing is overwritten: the saved baseline stays as it was
+            assert (
+                main(["baseline", "save", str(run), "--name", "main", "--dir", str(tmp_path / "b")])
+                == EXIT_USAGE
+            )
+            assert message in capsys.readouterr().err
+            assert saved.read_bytes() == good
+    (Path(base) / "run.json").write_text('{"schema_version": 7}')
+    assert main(["baseline", "save", base, "--name", "main", "--dir", str(tmp_path / "b")]) == EXIT_USAGE
+    assert "results schema 7" in capsys.readouterr().err and saved.read_bytes() == good
 
 
 def test_the_gate_imports_no_torch():
@@ -284,8 +355,10 @@ def test_the_gate_imports_no_torch():
     import sys
 
     code = (
-        "import sys, optbench.gate.verdicts, optbench.gate.render, optbench.gate.exports, "
-        "optbench.gate.config; print('torch' in sys.modules)"
+        "import sys, optbench.cli, optbench.results, optbench.manifest, optbench.gate.verdicts, "
+        "optbench.gate.render, optbench.gate.exports, optbench.gate.config, optbench.gate.ab, "
+        "optbench.gate.ab_confirm, optbench.gate.paired, optbench.gate.lockstep; "
+        "print('torch' in sys.modules)"
     )
     assert (
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
@@ -346,3 +419,22 @@ def test_pytest_bench_gates_itself_against_a_baseline(tmp_path):
     missing = run_bench(*args, "--run-id", "fourth", "--optbench-compare", str(tmp_path / "nope"))
     assert missing.returncode == pytest.ExitCode.USAGE_ERROR
     assert "--optbench-compare: no such results file or folder" in missing.stdout + missing.stderr
+    # A truncated baseline is refused before anything runs, not after the whole run.
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    whole = (runs / "first" / "results.jsonl").read_text()
+    (broken / "results.jsonl").write_text(whole[: len(whole) // 2])
+    truncated = run_bench(*args, "--run-id", "sixth", "--optbench-compare", str(broken))
+    assert truncated.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "is truncated or corrupt" in truncated.stdout + truncated.stderr
+    assert not (runs / "sixth" / "results.jsonl").exists()
+    # A baseline with no case in common is never a pass: pytest's usage-error code, the rows kept.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "results.jsonl").write_text(
+        "".join(json.dumps({**json.loads(line), "model": "other"}) + "\n" for line in whole.splitlines())
+    )
+    unrelated = run_bench(*args, "--run-id", "seventh", "--optbench-compare", str(elsewhere))
+    assert unrelated.returncode == pytest.ExitCode.USAGE_ERROR, unrelated.stdout[-3000:]
+    assert "optbench gate: error: --optbench-compare: the two runs have no case in common" in unrelated.stdout
+    assert len(load(runs / "seventh")) == len(load(runs / "first"))

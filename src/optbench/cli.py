@@ -61,12 +61,15 @@ def _compare(args: argparse.Namespace) -> int:
     from optbench.gate.config import load_gate_config
     from optbench.gate.exports import bencher_metric_format, github_action_benchmark
     from optbench.gate.render import markdown, verdicts_json
-    from optbench.gate.verdicts import compare, failed
+    from optbench.gate.verdicts import compare, failed, nothing_gated
     from optbench.results import load
 
-    config = load_gate_config(Path(args.config) if args.config else Path("pyproject.toml"))
+    config = load_gate_config(Path(args.config) if args.config else Path("pyproject.toml"), bool(args.config))
     base, head = load(args.baseline), load(args.candidate)
     verdicts = compare(base, head, config)
+    empty = nothing_gated(verdicts)
+    if empty:
+        raise UsageProblem(empty)
     text = markdown(verdicts, base, head)
     print(text, end="")
     _write(args.markdown, text)
@@ -84,11 +87,18 @@ def _baseline_save(args: argparse.Namespace) -> int:
     import shutil
     from pathlib import Path
 
-    from optbench.results import resolve
+    from optbench.manifest import MANIFEST, Manifest
+    from optbench.results import load, resolve
 
     source = resolve(args.run).parent
     if not all(c.isalnum() or c in "._-" for c in args.name) or args.name.startswith("."):
         raise UsageProblem(f"--name {args.name!r} may hold only letters, digits, '.', '_' and '-'")
+    # Read it all before touching the old baseline: a truncated, corrupt or empty run replaces nothing.
+    tables = [load(source / n) for n in ("results.jsonl", "results.csv") if (source / n).exists()]
+    if any(rows.empty for rows in tables):
+        raise UsageProblem(f"{source} holds no rows: nothing to save as a baseline")
+    if (source / MANIFEST).exists():
+        Manifest.read(source)
     target = Path(args.dir) / args.name
     tmp = target.with_name(f".{args.name}.saving")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -357,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (FileNotFoundError, UsageProblem) as error:
         print(f"optbench: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as error:  # unreadable input or an unwritable output: bad input, not a regression
+        where = f": {error.filename}" if error.filename else ""
+        print(f"optbench: error: {error.strerror or error}{where}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optbench.results import SCHEMA_VERSION
+
 MANIFEST = "run.json"
 
 
@@ -26,6 +28,8 @@ class Manifest:
     machine_fingerprint: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     merged_from: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+    """The results format's version (optbench.results.SCHEMA_VERSION) this run was written in."""
 
     def write(self, run_dir: Path) -> None:
         (run_dir / MANIFEST).write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
@@ -37,8 +41,17 @@ class Manifest:
         path = run_dir / MANIFEST
         try:
             data = json.loads(path.read_text())
-            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+            version = data.get("schema_version", 1)  # first: a newer format may lack what this one needs
+            if not isinstance(version, int) or version > SCHEMA_VERSION:
+                raise UsageProblem(
+                    f"{path} was written by a newer optbench (results schema {version}; this one reads "
+                    f"up to {SCHEMA_VERSION}): upgrade optbench to read it"
+                )
+            manifest = cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
         except FileNotFoundError:
             raise UsageProblem(f"{run_dir} has no {MANIFEST}: not an optbench run folder") from None
-        except (ValueError, TypeError, KeyError) as error:
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
             raise UsageProblem(f"{path} is not a run manifest optbench can read: {error}") from None
+        except OSError as error:
+            raise UsageProblem(f"cannot read {path}: {error.strerror or error}") from None
+        return manifest

@@ -314,12 +314,14 @@ def _check_gate(config: pytest.Config) -> None:
     if baseline is None:
         return
     from optbench.gate.config import load_gate_config
-    from optbench.results import resolve
+    from optbench.results import load
 
-    try:
-        resolve(baseline)
-    except FileNotFoundError as error:
+    try:  # read it whole now: a truncated or newer-schema baseline must not wait for the run's end
+        rows = load(baseline)
+    except (FileNotFoundError, UsageProblem) as error:
         raise UsageProblem(f"--optbench-compare: {error}") from None
+    if rows.empty:
+        raise UsageProblem(f"--optbench-compare: {baseline} holds no rows: nothing to compare with")
     load_gate_config(config.rootpath / "pyproject.toml")
     if config.getoption("gate_confirm_budget") < 0:
         raise UsageProblem(

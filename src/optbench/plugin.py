@@ -384,12 +384,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     from optbench.gate.config import load_gate_config
     from optbench.gate.render import markdown, verdicts_json
-    from optbench.gate.verdicts import apply_confirmation, compare, failed, to_confirm
+    from optbench.gate.verdicts import apply_confirmation, compare, failed, nothing_gated, to_confirm
     from optbench.results import load
 
-    base, head = load(baseline), load(state["run_dir"])
-    gate_config = load_gate_config(config.rootpath / "pyproject.toml")
+    try:  # the baseline was read when the run started; it may have changed since
+        base, head = load(baseline), load(state["run_dir"])
+        gate_config = load_gate_config(config.rootpath / "pyproject.toml")
+    except (FileNotFoundError, UsageProblem) as error:
+        _gate_input_error(session, state, str(error))
+        return
     verdicts = compare(base, head, gate_config)
+    empty = nothing_gated(verdicts)
+    if empty:  # never a pass: the run's rows stay, the gate says why it could not judge
+        _gate_input_error(session, state, empty)
+        return
     order = to_confirm(verdicts)
     budget = config.getoption("gate_confirm_budget", 0.0) or 0.0
     if order and budget > 0:
@@ -408,6 +416,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state["gate"] = text
     if failed(verdicts) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _gate_input_error(session: pytest.Session, state: dict[str, Any], message: str) -> None:
+    """--optbench-compare could not judge the run: one line at the end, pytest's usage-error code."""
+    state["gate_error"] = f"optbench gate: error: --optbench-compare: {message}"
+    session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables, so ours is the last thing shown
@@ -432,6 +446,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line("")
     terminalreporter.write_line(f"full table: {state['run_dir'] / 'results.csv'}  ({len(run.rows)} rows)")
     terminalreporter.write_line(f"claims: {state['run_dir'] / 'claims.md'}")
+    if state.get("gate_error"):
+        terminalreporter.write_line("")
+        terminalreporter.write_line(state["gate_error"], red=True)
     if state.get("gate"):
         terminalreporter.write_line("")
         terminalreporter.write_line(state["gate"].rstrip("\n"))

@@ -16,6 +16,11 @@ from typing import Any
 
 import pandas as pd
 
+SCHEMA_VERSION = 1
+"""The results format's version, written into every row. Bump it when a column changes meaning or
+goes away: an older optbench then refuses the newer files in one line instead of misreading them
+(rows without it are version 1)."""
+
 # (column, meaning). Order is the CSV's column order.
 COLUMNS: tuple[tuple[str, str], ...] = (
     # identity
@@ -199,6 +204,11 @@ COLUMNS: tuple[tuple[str, str], ...] = (
         "median ms of a fixed reference workload (384x384 fp32 matmul) timed right after the case, on "
         "its device: the gate's latency_vs_reference divides by it",
     ),
+    (
+        "schema_version",
+        "the results format's version (this optbench writes and reads up to "
+        f"{SCHEMA_VERSION}): a file of a newer one is refused, not misread",
+    ),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 TECHNIQUE_COLUMNS = ("sparsity", "calibration_samples", "finetune_samples")
@@ -218,6 +228,7 @@ STATUSES = (
 )
 
 _INT_COLUMNS = (
+    "schema_version",
     "batch_size",
     "resolution",
     "seq_len",
@@ -286,6 +297,7 @@ class ResultsWriter:
         if unknown:
             raise KeyError(f"row has undocumented columns: {sorted(unknown)}")
         full = {name: _clean(row.get(name)) for name in (*COLUMN_NAMES, *JSON_ONLY)}
+        full["schema_version"] = SCHEMA_VERSION
         self._csv.writerow({k: ("" if v is None else v) for k, v in full.items()})
         self._csv_file.flush()
         self._jsonl_file.write(json.dumps(full) + "\n")
@@ -314,7 +326,13 @@ def _read(file: Path) -> pd.DataFrame:
     UsageProblem naming it (one line), never a parser traceback."""
     from optbench.registry import UsageProblem
 
-    if file.stat().st_size == 0:
+    try:
+        size = file.stat().st_size
+        if file.is_dir():
+            raise IsADirectoryError(21, "is a folder, not a file")
+    except OSError as error:
+        raise UsageProblem(f"cannot read {file}: {error.strerror or error}") from None
+    if size == 0:
         raise UsageProblem(f"{file} is empty: no rows to read (the run wrote nothing yet?)")
     try:
         if file.suffix == ".jsonl":
@@ -334,11 +352,21 @@ def _read(file: Path) -> pd.DataFrame:
             frame = pd.read_csv(file, keep_default_na=True)
     except UsageProblem:
         raise
+    except OSError as error:  # unreadable (permissions, a folder where the file should be, I/O)
+        raise UsageProblem(f"cannot read {file}: {error.strerror or error}") from None
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UsageProblem(f"{file} is not a results file optbench can read: {message}") from None
     if "case_id" not in frame.columns:
         raise UsageProblem(f"{file} is not an optbench results file: it has no case_id column")
+    if "schema_version" in frame.columns:
+        versions = pd.to_numeric(frame["schema_version"], errors="coerce")
+        newest = versions.max()
+        if pd.notna(newest) and newest > SCHEMA_VERSION:
+            raise UsageProblem(
+                f"{file} was written by a newer optbench (results schema {newest:g}; this one reads up "
+                f"to {SCHEMA_VERSION}): upgrade optbench to read it"
+            )
     return frame
 
 

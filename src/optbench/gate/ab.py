@@ -691,7 +691,9 @@ def run_ab(options: AbOptions) -> int:
     base_sha = resolve_commit(options.base, repo)
     head_sha = _git(["rev-parse", "HEAD"], repo).stdout.strip()
     dirty = bool(_git(["status", "--porcelain", "--untracked-files=no"], repo).stdout.strip())
-    config = load_gate_config(options.config if options.config else Path("pyproject.toml"))
+    config = load_gate_config(
+        Path(options.config) if options.config else Path("pyproject.toml"), bool(options.config)
+    )
     # A/B compares fresh runs of both sides: a large improvement is good news, not a stale baseline.
     config = replace(
         config,

@@ -94,9 +94,12 @@ def parse_gate_config(table: dict[str, Any], where: str = "[tool.optbench.gate]"
     )
 
 
-def load_gate_config(pyproject: Path | None) -> GateConfig:
-    """`[tool.optbench.gate]` of this pyproject.toml (defaults when it has none)."""
+def load_gate_config(pyproject: Path | None, must_exist: bool = False) -> GateConfig:
+    """`[tool.optbench.gate]` of this pyproject.toml (defaults when it has none, or when there is no
+    such file and `must_exist` is false: a file named by the user, `--config`, must exist)."""
     if pyproject is None or not pyproject.is_file():
+        if must_exist:
+            raise UsageProblem(f"--config {pyproject}: no such file")
         return GateConfig()
     try:
         import tomllib

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from optbench.gate.verdicts import IMPROVED, REGRESSED, Verdict, failed
+from optbench.gate.verdicts import IMPROVED, MACHINE_CHANGED, NOT_COMPARABLE, REGRESSED, Verdict, failed
 
 _ORDER = {REGRESSED: 0, IMPROVED: 1, "not_comparable": 2, "new": 3, "missing": 4, "unchanged": 5}
 
@@ -68,7 +68,10 @@ def markdown(
     verdicts: list[Verdict], base: pd.DataFrame | None = None, head: pd.DataFrame | None = None
 ) -> str:
     lines = [f"## {headline(verdicts)}", ""]
-    shown = [v for v in verdicts if v.verdict != "unchanged" or v.reason]
+    # Another machine makes every case's absolute latency and memory not comparable: one line, not
+    # two table rows per case.
+    machine = [v for v in verdicts if v.verdict == NOT_COMPARABLE and v.reason.startswith(MACHINE_CHANGED)]
+    shown = [v for v in verdicts if (v.verdict != "unchanged" or v.reason) and v not in machine]
     if shown:
         lines += [
             "| case | metric | baseline | this run | ratio | 95% interval | p (corrected) | verdict |",
@@ -88,6 +91,13 @@ def markdown(
             )
     unchanged = len({v.case_id for v in verdicts}) - len({v.case_id for v in shown})
     lines += ["", f"{unchanged} case{'' if unchanged == 1 else 's'} unchanged in every metric."]
+    if machine:
+        lines += [
+            "",
+            f"Not compared in {len({v.case_id for v in machine})} cases: absolute latency and peak memory "
+            f"({machine[0].reason}; the latencies relative to eager fp32 and to the reference workload "
+            "are gated).",
+        ]
     if base is not None and head is not None:
         env = environment_differences(base, head)
         if env:

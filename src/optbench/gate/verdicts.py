@@ -25,6 +25,8 @@ IDENTITY = ("model", "technique", "device", "mode", "batch_size", "input_shape",
 """What makes two rows the same case."""
 CODE = ("model_code_hash", "technique_code_hash", "dtype")
 """What, when it changed, makes the numbers of one case incomparable."""
+MACHINE_CHANGED = "machine changed"
+"""The reason of absolute latency's and peak memory's not_comparable verdicts on another machine."""
 
 
 @dataclass
@@ -110,9 +112,11 @@ def _decide_latency(v: Verdict, t: Thresholds) -> None:
     if significant and v.ratio > slower:
         v.verdict, v.reason = REGRESSED, f"{(v.ratio - 1) * 100:.1f}% slower (threshold {t.latency_pct:g}%)"
     elif significant and v.ratio < faster:
-        v.verdict, v.reason = IMPROVED, f"{(1 - v.ratio) * 100:.1f}% faster"
+        # "x% faster" as a speedup (base / head - 1), the same measure the limit below is in
+        faster_pct = (1 / v.ratio - 1) * 100
+        v.verdict, v.reason = IMPROVED, f"{faster_pct:.1f}% faster"
         limit = t.fail_on_improvement_pct
-        if limit is not None and (1 / v.ratio - 1) * 100 > limit:
+        if limit is not None and faster_pct > limit:
             v.verdict = REGRESSED
             v.reason += f", more than {limit:g}%: refresh the baseline"
     elif v.ratio > slower or v.ratio < faster:
@@ -209,6 +213,11 @@ def compare(base: pd.DataFrame, head: pd.DataFrame, config: GateConfig | None = 
                 case_id, "peak_mem_mb", b.get("peak_mem_mb"), h.get("peak_mem_mb"), t.memory_pct, True
             )
             verdicts += [memory] if memory else []
+        else:  # another machine: only the machine-independent latencies above are gated
+            why = f"{MACHINE_CHANGED} ({b.get('machine_fingerprint')} -> {h.get('machine_fingerprint')})"
+            verdicts += [
+                Verdict(case_id, m, NOT_COMPARABLE, reason=why) for m in ("latency_ms", "peak_mem_mb")
+            ]
         for metric, tolerance in (("size_compressed_bytes", t.size_pct), ("params", 0.0)):
             found = _deterministic(case_id, metric, b.get(metric), h.get(metric), tolerance, True)
             verdicts += [found] if found else []
@@ -228,6 +237,32 @@ def compare(base: pd.DataFrame, head: pd.DataFrame, config: GateConfig | None = 
         if v.verdict == REGRESSED:
             v.ignored = config.ignored(v.case_id)
     return sorted(verdicts, key=lambda v: (v.case_id, v.metric))
+
+
+def nothing_gated(verdicts: list[Verdict]) -> str | None:
+    """Why these verdicts gate nothing (no case in common, or no case in common could be compared),
+    or None. Such a comparison is bad input, never a pass."""
+    common = {v.case_id for v in verdicts if v.verdict not in (NEW, MISSING)}
+    if not common:
+        new = sum(1 for v in verdicts if v.verdict == NEW)
+        missing = sum(1 for v in verdicts if v.verdict == MISSING)
+        return (
+            f"the two runs have no case in common ({new} only in this run, {missing} only in the "
+            "baseline): nothing to gate (same models, techniques, devices, batch sizes and shapes?)"
+        )
+    # a status that stayed the same (skipped then and now) compares no number either
+    compared = [
+        v
+        for v in verdicts
+        if v.case_id in common
+        and v.verdict != NOT_COMPARABLE
+        and not (v.metric == "status" and v.verdict == UNCHANGED)
+    ]
+    if not compared:
+        reasons = sorted({v.reason for v in verdicts if v.case_id in common and v.reason})
+        why = "; ".join(reasons[:3]) or "skipped or failed on both sides"
+        return f"no case in common could be compared ({len(common)} cases: {why})"
+    return None
 
 
 def failed(verdicts: list[Verdict]) -> list[Verdict]:
