@@ -64,6 +64,27 @@ def test_load_accepts_a_run_folder_and_reads_samples_from_jsonl(tmp_path):
         load(tmp_path / "nowhere")
 
 
+def test_rows_carry_the_schema_version_and_a_newer_one_is_refused(tmp_path):
+    from optbench.registry import UsageProblem
+    from optbench.results import SCHEMA_VERSION
+
+    writer = ResultsWriter(tmp_path)
+    writer.append(_row())
+    writer.close()
+    assert load(tmp_path).loc[0, "schema_version"] == SCHEMA_VERSION
+    assert load(tmp_path / "results.csv").loc[0, "schema_version"] == SCHEMA_VERSION
+    newer = tmp_path / "newer.jsonl"
+    newer.write_text(
+        json.dumps({**json.loads((tmp_path / "results.jsonl").read_text()), "schema_version": 2})
+    )
+    with pytest.raises(UsageProblem, match="written by a newer optbench"):
+        load(newer)
+    # appending to a table of other columns (an older optbench's) would misalign it: refused
+    (tmp_path / "results.csv").write_text("run_id,case_id\nr,c\n")
+    with pytest.raises(UsageProblem, match="has other columns"):
+        ResultsWriter(tmp_path)
+
+
 def test_undocumented_columns_are_rejected(tmp_path):
     writer = ResultsWriter(tmp_path)
     with pytest.raises(KeyError, match="undocumented"):

@@ -190,7 +190,10 @@ def pytest_collection_modifyitems(
     results = results_dir(config)
     run_id = config.getoption("run_id") or _new_run_id()
     run_dir = results / "runs" / run_id
-    writer = ResultsWriter(run_dir)
+    try:
+        writer = ResultsWriter(run_dir)
+    except UsageProblem as error:
+        raise pytest.UsageError(str(error)) from None
     _point_latest(results, run_dir)
     from optbench.weights import WeightsProvider
 

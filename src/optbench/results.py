@@ -285,6 +285,16 @@ class ResultsWriter:
         self.csv_path = self.run_dir / "results.csv"
         self.jsonl_path = self.run_dir / "results.jsonl"
         new = not self.csv_path.exists()
+        if not new:  # appending (the same --run-id again): only to a table of the same columns
+            with self.csv_path.open(encoding="utf-8", newline="") as existing:
+                header = next(csv.reader(existing), [])
+            if header and header != list(COLUMN_NAMES):
+                from optbench.registry import UsageProblem
+
+                raise UsageProblem(
+                    f"{self.csv_path} has other columns (written by another optbench version): "
+                    "rows cannot be added to it; use another --run-id"
+                )
         self._csv_file = self.csv_path.open("a", newline="", encoding="utf-8")
         self._csv = csv.DictWriter(self._csv_file, fieldnames=COLUMN_NAMES, extrasaction="ignore")
         if new:
