@@ -348,6 +348,9 @@ def test_unreadable_truncated_or_newer_baselines_are_one_line_and_overwrite_noth
     (Path(base) / "run.json").write_text('{"schema_version": 7}')
     assert main(["baseline", "save", base, "--name", "main", "--dir", str(tmp_path / "b")]) == EXIT_USAGE
     assert "results schema 7" in capsys.readouterr().err and saved.read_bytes() == good
+    (Path(base) / "run.json").write_text('{"schema_version": "two"}')
+    assert main(["baseline", "save", base, "--name", "main", "--dir", str(tmp_path / "b")]) == EXIT_USAGE
+    assert "schema_version 'two' is not a whole number" in capsys.readouterr().err
 
 
 def test_the_gate_imports_no_torch():

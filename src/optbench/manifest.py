@@ -42,7 +42,9 @@ class Manifest:
         try:
             data = json.loads(path.read_text())
             version = data.get("schema_version", 1)  # first: a newer format may lack what this one needs
-            if not isinstance(version, int) or version > SCHEMA_VERSION:
+            if not isinstance(version, int):
+                raise ValueError(f"schema_version {version!r} is not a whole number")
+            if version > SCHEMA_VERSION:
                 raise UsageProblem(
                     f"{path} was written by a newer optbench (results schema {version}; this one reads "
                     f"up to {SCHEMA_VERSION}): upgrade optbench to read it"
