@@ -340,3 +340,29 @@ def test_an_interrupted_run_leaves_no_worktree_and_no_session(clone, cache, tmp_
     sessions = subprocess.run(["pgrep", "-f", str(out / "raw")], capture_output=True, text=True)
     assert sessions.stdout == "", "a pytest session outlived the driver"
     assert not (out / "gate.md").exists()
+
+
+def test_a_case_that_head_breaks_fails_the_gate_with_its_reason(clone, cache, tmp_path):
+    """Head's channels_last raises: a case that passed on base and fails on head is a regression,
+    named with head's reason, never 'not comparable' (its failed row has no dtype)."""
+    repo, python = clone
+    technique = repo / "src" / "optbench" / "techniques" / "channels_last.py"
+    original = technique.read_text()
+    anchor = "        prepared.module.to(memory_format=torch.channels_last)"
+    line = next(x for x in original.splitlines(keepends=True) if x.startswith(anchor))
+    broken = line + '        raise RuntimeError("channels_last broken by test_ab")\n'
+    technique.write_text(original.replace(line, broken))
+    try:
+        out = tmp_path / "out"
+        result = ab(python, repo, cache, "--base", "HEAD", "--out", str(out), "--", *SELECTION)
+    finally:
+        technique.write_text(original)
+    assert result.returncode == EXIT_REGRESSION, result.stdout[-3000:] + result.stderr[-3000:]
+    verdicts = json.loads((out / "gate.json").read_text())["verdicts"]
+    (status,) = [
+        v for v in verdicts if v["case_id"] == "resnet18-channels_last-cpu-bs8" and v["metric"] == "status"
+    ]
+    assert status["verdict"] == "regressed" and status["reason"].startswith("failed: ")
+    assert "channels_last broken by test_ab" in status["reason"]
+    assert not any(v["verdict"] == "not_comparable" for v in verdicts)
+    assert "optbench gate: **FAIL**" in result.stdout

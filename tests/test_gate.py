@@ -38,7 +38,7 @@ def row(technique="eager", median=100.0, n=30, spread=2.0, model="m", samples=No
         "technique_code_hash": "bbb",
         "machine_fingerprint": "fp1",
         "samples_ms": samples,
-        "latency_ms_median": float(np.median(samples)),
+        "latency_ms_median": float(np.median(samples)) if samples else None,
         "baseline_latency_ms": base_ms,
         "top1": 0.95,
         "size_compressed_bytes": 1000.0,
@@ -159,6 +159,55 @@ def test_changed_code_new_and_missing_cases():
     skipped = {"status": "skipped", "reason": "fp16_autocast does not run on cpu"}
     v, found = verdicts_of([row(), row("s", **skipped)], [row(), row("s", **skipped)])
     assert v[("s", "status")].verdict == "unchanged" and "m-s-cpu-bs8" not in markdown(found)
+
+
+@pytest.mark.parametrize("status", ["failed", "oom", "timeout", "nan_output", "diverged"])
+def test_a_case_that_stops_working_regresses_with_the_candidates_reason(status):
+    # A broken row has no dtype: the code check must not turn it into "not comparable".
+    broken = row("x", status=status, reason="RuntimeError: boom", dtype=None, samples=[], top1=None)
+    v, found = verdicts_of([row(), row("x")], [row(), broken])
+    assert v[("x", "status")].verdict == "regressed"
+    assert v[("x", "status")].reason == f"{status}: RuntimeError: boom"
+    assert [f.case_id for f in failed(found)] == ["m-x-cpu-bs8"]
+    assert not any(f.verdict == "not_comparable" for f in found)
+    # ... with changed code too (what a pull request that breaks a technique looks like)
+    v, _ = verdicts_of([row(), row("x")], [row(), {**broken, "technique_code_hash": "ccc"}])
+    assert v[("x", "status")].verdict == "regressed"
+    # and the other way round it newly passes: an improvement
+    v, found = verdicts_of([row(), broken], [row(), row("x")])
+    assert v[("x", "status")].verdict == "improved" and f"was {status}" in v[("x", "status")].reason
+    assert not failed(found)
+
+
+def test_a_case_below_the_floor_with_changed_code_regresses():
+    below = row("x", status="fail_accuracy", reason="top1 0.5 < 0.99 x fp32", technique_code_hash="ccc")
+    v, found = verdicts_of([row(), row("x")], [row(), below])
+    assert v[("x", "top1")].verdict == "regressed" and "below the accuracy floor" in v[("x", "top1")].reason
+
+
+def test_a_case_that_disappears_from_a_selection_that_asks_for_it_regresses():
+    base = [row(), row("x"), row("s", status="skipped", reason="no cuda")]
+    found = compare(pd.DataFrame(base), pd.DataFrame([row()]), asked={"m-x-cpu-bs8", "m-s-cpu-bs8"})
+    v = {(f.case_id.split("-")[1], f.metric): f for f in found}
+    assert v[("x", "case")].verdict == "regressed" and "disappeared" in v[("x", "case")].reason
+    assert v[("s", "case")].verdict == "missing"  # it never worked: nothing stopped working
+    # not asked for (another selection): missing, as before
+    found = compare(pd.DataFrame(base), pd.DataFrame([row()]), asked={"m-eager-cpu-bs8"})
+    assert {f.verdict for f in found if f.metric == "case"} == {"missing"}
+
+
+def test_asked_for_reads_the_selection_from_the_manifests():
+    from optbench.gate.verdicts import asked_for
+    from optbench.manifest import Manifest
+
+    def manifest(cases, shard=None, **config):
+        return Manifest("r", "sha", {"profile": "smoke", **config}, cases, len(cases), shard)
+
+    base = manifest(["a", "b"])
+    assert asked_for(base, manifest(["a"])) == {"a", "b"}  # same selection: b is still asked for
+    assert asked_for(base, manifest(["a"], models="m")) == {"a"}  # another selection
+    assert asked_for(base, manifest(["a"], shard="1/2")) == {"a"}  # one shard asks for its own
+    assert asked_for(base, None) is None and asked_for(None, manifest(["a"])) == {"a"}
 
 
 def test_deterministic_metrics_have_a_direction_and_a_tolerance():
@@ -291,6 +340,25 @@ def test_cli_exit_codes_baseline_save_and_outputs(tmp_path, capsys, monkeypatch)
     (tmp_path / "pyproject.toml").write_text("[tool.optbench.gate]\nlatency_pct = 'x'\n")
     assert main(["compare", str(saved), slow]) == EXIT_USAGE
     assert "latency_pct must be a non-negative number" in capsys.readouterr().err
+
+
+def test_cli_compare_fails_on_a_case_that_stopped_working_or_disappeared(tmp_path, capsys):
+    from optbench.manifest import Manifest
+
+    base = _run(tmp_path / "base", [row(), row("x", 50)])
+    broken = row("x", status="failed", reason="RuntimeError: head broke it", dtype=None, samples=[])
+    head = _run(tmp_path / "head", [row(), broken])
+    assert main(["compare", base, head]) == EXIT_REGRESSION
+    out = capsys.readouterr().out
+    assert "**FAIL**" in out and "RuntimeError: head broke it" in out
+    # A candidate whose manifest asks for m-x but has no row for it: disappeared, a regression.
+    gone = _run(tmp_path / "gone", [row()])
+    Manifest("gone", "sha", {}, ["m-eager-cpu-bs8", "m-x-cpu-bs8"], 2).write(Path(gone))
+    assert main(["compare", base, gone]) == EXIT_REGRESSION
+    assert "disappeared" in capsys.readouterr().out
+    # Without a manifest that asks for it, it is only missing (another selection): a pass.
+    alone = _run(tmp_path / "alone", [row()])
+    assert main(["compare", base, alone]) == EXIT_OK
 
 
 def test_runs_with_nothing_to_compare_are_bad_input_never_a_pass(tmp_path, capsys):
@@ -441,3 +509,68 @@ def test_pytest_bench_gates_itself_against_a_baseline(tmp_path):
     assert unrelated.returncode == pytest.ExitCode.USAGE_ERROR, unrelated.stdout[-3000:]
     assert "optbench gate: error: --optbench-compare: the two runs have no case in common" in unrelated.stdout
     assert len(load(runs / "seventh")) == len(load(runs / "first"))
+
+
+FAULTY_MODEL = """
+import os
+
+import torch
+from torch import nn
+from optbench import image_classifier, register_model
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(8, num_classes))
+
+    def forward(self, x):
+        fault = os.environ.get("TEST_GATE_FAULT")  # how test_gate breaks this model in one run
+        if fault == "raise":
+            raise RuntimeError("injected by test_gate")
+        if fault == "oom":
+            raise torch.OutOfMemoryError("injected by test_gate")
+        out = self.body(x)
+        return out * float("nan") if fault == "nan" else out
+
+
+register_model(image_classifier("my_net", Net, resolution=16))
+"""
+
+
+def test_optbench_compare_fails_on_a_case_that_stopped_working(tmp_path):
+    """A user's model that breaks in the candidate run fails `--optbench-compare`, with the status and
+    the reason of the candidate's row, never as 'not comparable'."""
+    from test_end_to_end import run_bench
+    from user_repo import user_repo
+
+    (tmp_path / "repo").mkdir()
+    repo = user_repo(tmp_path / "repo")
+    (repo / "models" / "my_net.py").write_text(FAULTY_MODEL)
+    args = (
+        "bench/", "--techniques", "eager,channels_last", "--weights", "random", "--devices", "cpu",
+        "--time-budget", "0.1", "--timing-shape", "task",
+    )  # fmt: skip
+    cache = tmp_path / "cache"
+    first = run_bench(*args, "--run-id", "base", cwd=repo, cache=cache)
+    assert first.returncode == 0, first.stdout[-3000:]
+    base = repo / "results" / "runs" / "base"
+    for fault, status, reason in (
+        ("raise", "failed", "injected by test_gate"),
+        ("oom", "oom", "injected by test_gate"),
+        ("nan", "nan_output", ""),
+    ):
+        head = run_bench(
+            *args, "--run-id", fault, "--optbench-compare", str(base), cwd=repo, cache=cache,
+            env={"TEST_GATE_FAULT": fault},
+        )  # fmt: skip
+        assert head.returncode == 1, head.stdout[-3000:]
+        assert "optbench gate: **FAIL**" in head.stdout
+        gate = json.loads((repo / "results" / "runs" / fault / "gate.json").read_text())
+        broken = {v["case_id"]: v for v in gate["verdicts"] if v["metric"] == "status"}
+        assert set(broken) == {"my_net-eager-cpu-bs8", "my_net-channels_last-cpu-bs8"}, gate["verdicts"]
+        for verdict in broken.values():
+            assert verdict["verdict"] == "regressed" and verdict["reason"].startswith(f"{status}: ")
+            assert reason in verdict["reason"]
+        assert not any(v["verdict"] == "not_comparable" for v in gate["verdicts"])

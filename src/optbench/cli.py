@@ -61,12 +61,14 @@ def _compare(args: argparse.Namespace) -> int:
     from optbench.gate.config import load_gate_config
     from optbench.gate.exports import bencher_metric_format, github_action_benchmark
     from optbench.gate.render import markdown, verdicts_json
-    from optbench.gate.verdicts import compare, failed, nothing_gated
+    from optbench.gate.verdicts import asked_for, compare, failed, nothing_gated
+    from optbench.manifest import manifest_near
     from optbench.results import load
 
     config = load_gate_config(Path(args.config) if args.config else Path("pyproject.toml"), bool(args.config))
     base, head = load(args.baseline), load(args.candidate)
-    verdicts = compare(base, head, config)
+    asked = asked_for(manifest_near(args.baseline), manifest_near(args.candidate))
+    verdicts = compare(base, head, config, asked)
     empty = nothing_gated(verdicts)
     if empty:
         raise UsageProblem(empty)

@@ -57,3 +57,15 @@ class Manifest:
         except OSError as error:
             raise UsageProblem(f"cannot read {path}: {error.strerror or error}") from None
         return manifest
+
+
+def manifest_near(path: str | Path) -> Manifest | None:
+    """The manifest of the run whose results are at `path` (a run folder or a results file), or None
+    when there is none or it cannot be read (a results file copied alone)."""
+    from optbench.registry import UsageProblem
+    from optbench.results import resolve
+
+    try:
+        return Manifest.read(resolve(path).parent)
+    except (FileNotFoundError, UsageProblem):
+        return None

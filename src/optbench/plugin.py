@@ -387,7 +387,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     from optbench.gate.config import load_gate_config
     from optbench.gate.render import markdown, verdicts_json
-    from optbench.gate.verdicts import apply_confirmation, compare, failed, nothing_gated, to_confirm
+    from optbench.gate.verdicts import (
+        apply_confirmation,
+        asked_for,
+        compare,
+        failed,
+        nothing_gated,
+        to_confirm,
+    )
+    from optbench.manifest import manifest_near
     from optbench.results import load
 
     try:  # the baseline was read when the run started; it may have changed since
@@ -396,7 +404,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     except (FileNotFoundError, UsageProblem) as error:
         _gate_input_error(session, state, str(error))
         return
-    verdicts = compare(base, head, gate_config)
+    asked = asked_for(manifest_near(baseline), manifest_near(state["run_dir"]))
+    verdicts = compare(base, head, gate_config, asked)
     empty = nothing_gated(verdicts)
     if empty:  # never a pass: the run's rows stay, the gate says why it could not judge
         _gate_input_error(session, state, empty)

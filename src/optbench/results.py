@@ -221,6 +221,7 @@ STATUSES = (
     "skipped",
     "failed",
     "oom",
+    "timeout",
     "nan_output",
     "fail_accuracy",
     "nondeterministic_baseline",

@@ -873,7 +873,7 @@ Remeasure = Callable[[list[str]], Measured]
 def _gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
     from optbench.gate import paired
     from optbench.gate.render import verdicts_json
-    from optbench.gate.verdicts import MISSING, REGRESSED, Verdict, compare, failed
+    from optbench.gate.verdicts import REGRESSED, Verdict, compare, failed
     from optbench.results import load
 
     base, head = run.sides["base"], run.sides["head"]
@@ -898,7 +898,9 @@ def _gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
         for column in NORMALIZERS:  # latency is gated as latency_ms only (see GATED)
             if column in frame:
                 frame[column] = None
-    verdicts = compare(base_frame, head_frame, config)
+    # Both sides ran the same pytest arguments: every case of base is asked of head as well.
+    asked = set(base_frame["case_id"].astype(str))
+    verdicts = compare(base_frame, head_frame, config, asked)
     verdicts = [v for v in verdicts if not v.metric.startswith("latency") or v.metric == GATED]
     pairs = paired_slices(base.rows, head.rows)
     ratios = {case_id: paired.ratios(found) for case_id, found in pairs.items()}
@@ -915,7 +917,7 @@ def _gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
         interrupted = _confirm(run, verdicts, judged, pairs, config, remeasure, profile)
     if head.crashed_on:  # a head that crashes or hangs on a case has regressed there
         crashed = _short(head.crashed_on)
-        verdicts = [v for v in verdicts if not (v.case_id == crashed and v.verdict == MISSING)]
+        verdicts = [v for v in verdicts if not (v.case_id == crashed and v.metric == "case")]
         verdicts.append(Verdict(crashed, "status", REGRESSED, reason=f"the head session {head.dead}"))
     text = _markdown(run, verdicts, base_frame, head_frame, ratios, changed, config, unpaired)
     payload = json.loads(verdicts_json(verdicts))

@@ -25,6 +25,8 @@ IDENTITY = ("model", "technique", "device", "mode", "batch_size", "input_shape",
 """What makes two rows the same case."""
 CODE = ("model_code_hash", "technique_code_hash", "dtype")
 """What, when it changed, makes the numbers of one case incomparable."""
+BROKEN = ("failed", "oom", "timeout", "nan_output", "diverged")
+"""Statuses of a case that stopped working: after a pass in the baseline, a regression."""
 MACHINE_CHANGED = "machine changed"
 """The reason of absolute latency's and peak memory's not_comparable verdicts on another machine."""
 
@@ -168,8 +170,28 @@ def _accuracy(case_id: str, base: pd.Series, head: pd.Series, t: Thresholds) -> 
     return Verdict(case_id, "top1", IMPROVED if h > b + t.accuracy_drop else UNCHANGED, b, h)
 
 
-def compare(base: pd.DataFrame, head: pd.DataFrame, config: GateConfig | None = None) -> list[Verdict]:
-    """Every case of either run, every metric it has, with a verdict."""
+def _status_change(case_id: str, base: pd.Series, head: pd.Series) -> Verdict | None:
+    """A case that stopped working (passed, now broken) regressed, with the candidate's reason; one
+    that newly passes improved. None when the status says nothing on its own."""
+    before, now = base.get("status"), head.get("status")
+    if before == "passed" and now in BROKEN:
+        return Verdict(case_id, "status", REGRESSED, reason=f"{now}: {head.get('reason')}")
+    if before != "passed" and now == "passed" and before in (*BROKEN, "fail_accuracy"):
+        why = f"newly passes (was {before}: {base.get('reason')})"
+        return Verdict(case_id, "status", IMPROVED, reason=why)
+    return None
+
+
+def compare(
+    base: pd.DataFrame,
+    head: pd.DataFrame,
+    config: GateConfig | None = None,
+    asked: set[str] | None = None,
+) -> list[Verdict]:
+    """Every case of either run, every metric it has, with a verdict.
+
+    `asked`: the case ids the candidate's selection asks for (`asked_for`); a case that passed in the
+    baseline, is asked for and has no row disappeared: a regression, never merely missing."""
     config = config or GateConfig()
     base_rows = {_key(r): r for _, r in base.iterrows()}
     head_rows = {_key(r): r for _, r in head.iterrows()}
@@ -182,14 +204,20 @@ def compare(base: pd.DataFrame, head: pd.DataFrame, config: GateConfig | None = 
         if b is None:
             verdicts.append(Verdict(case_id, "case", NEW, reason="not in the baseline"))
             continue
+        # Before the code check: a case that broke has no dtype or numbers left to compare, and a
+        # broken case must never read as "not comparable".
+        status = _status_change(case_id, b, h)
+        if status is not None:
+            verdicts.append(status)
+            continue
         changed = [c for c in CODE if str(b.get(c)) != str(h.get(c))]
+        if changed and h.get("status") == "fail_accuracy" and b.get("status") == "passed":
+            verdicts.append(
+                Verdict(case_id, "top1", REGRESSED, reason=f"below the accuracy floor: {h.get('reason')}")
+            )
+            continue
         if changed:
             verdicts.append(Verdict(case_id, "case", NOT_COMPARABLE, reason=f"{', '.join(changed)} changed"))
-            continue
-        if b.get("status") == "passed" and h.get("status") in ("failed", "oom", "nan_output", "diverged"):
-            verdicts.append(
-                Verdict(case_id, "status", REGRESSED, reason=f"{h.get('status')}: {h.get('reason')}")
-            )
             continue
         if b.get("status") == h.get("status") != "passed":  # skipped (or failing) then and now
             verdicts.append(Verdict(case_id, "status", UNCHANGED))
@@ -224,10 +252,14 @@ def compare(base: pd.DataFrame, head: pd.DataFrame, config: GateConfig | None = 
         accuracy = _accuracy(case_id, b, h, t)
         verdicts += [accuracy] if accuracy else []
     for key, b in base_rows.items():
-        if key not in head_rows:
-            verdicts.append(
-                Verdict(str(b["case_id"]), "case", MISSING, reason="in the baseline, not in this run")
-            )
+        if key in head_rows:
+            continue
+        case_id = str(b["case_id"])
+        if asked is not None and case_id in asked and b.get("status") == "passed":
+            why = "passed in the baseline; this run's selection asks for it, but it has no row"
+            verdicts.append(Verdict(case_id, "case", REGRESSED, reason=f"disappeared: {why}"))
+        else:
+            verdicts.append(Verdict(case_id, "case", MISSING, reason="in the baseline, not in this run"))
     tested = [v for v in latency if v.p_value is not None]
     for v, adjusted in zip(tested, _correct([v.p_value for v in tested], config.correction), strict=True):  # type: ignore[misc]
         v.p_adjusted = adjusted
@@ -291,3 +323,15 @@ def apply_confirmation(verdicts: list[Verdict], second: list[Verdict], measured:
             f"ratio {other.ratio:.3g}, {other.verdict}" if other is not None and other.ratio else "no result"
         )
         v.reason += f"; measured again: {seen}" + ("" if v.confirmed else " (not confirmed: does not fail)")
+
+
+def asked_for(base: Any, head: Any) -> set[str] | None:
+    """The case ids the candidate run's selection asks for, from the two runs' manifests (`Manifest`
+    or None): the candidate's own cases, and the baseline's when both were asked with the same
+    selection and the candidate is not one shard. None when the candidate has no manifest."""
+    if head is None:
+        return None
+    asked = set(head.cases)
+    if base is not None and head.shard is None and base.config == head.config:
+        asked |= set(base.cases)
+    return asked
