@@ -8,15 +8,17 @@ leaves a browser behind.
 from __future__ import annotations
 
 import base64
+import io
 import os
-import struct
+import re
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import APT_INSTALL, Browser, BrowserError, chromium_missing_reason, inspect_page
+from browser import APT_INSTALL, Browser, BrowserError, chromium_missing_reason
+from PIL import Image
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 pytestmark = pytest.mark.skipif(
     chromium_missing_reason() is not None,
@@ -26,22 +28,15 @@ pytestmark = pytest.mark.skipif(
 
 def _png(width: int, height: int) -> bytes:
     """A valid solid-blue RGB PNG, made here so the fixture has no binary blob and a known size."""
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-    raw = b"".join(b"\x00" + b"\x20\x40\xc0" * width for _ in range(height))
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
-    )
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (0x20, 0x40, 0xC0)).save(out, format="PNG")
+    return out.getvalue()
 
 
 def _png_size(path: Path) -> tuple[int, int]:
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-    width, height = struct.unpack(">II", data[16:24])
-    return width, height
+    with Image.open(path) as image:
+        assert image.format == "PNG", "not a PNG"
+        return image.size
 
 
 PNG_URI = "data:image/png;base64," + base64.b64encode(_png(40, 30)).decode()
@@ -189,7 +184,8 @@ def test_js_errors_and_console_error_are_reported(browser: Browser, tmp_path: Pa
 
 
 def test_broken_images_have_natural_width_zero(browser: Browser, tmp_path: Path) -> None:
-    corrupt = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\nnot really").decode()
+    # A real PNG cut short: the signature and header are there, the pixels are not.
+    corrupt = "data:image/png;base64," + base64.b64encode(_png(40, 30)[:40]).decode()
     page = _write(
         tmp_path,
         f"""<!doctype html><html><body>
@@ -204,8 +200,8 @@ def test_broken_images_have_natural_width_zero(browser: Browser, tmp_path: Path)
     assert plots["a"].width == 200  # the box is there, so only naturalWidth shows it is broken
     assert plots["b"].natural_width == 0
     assert plots["c"].tag is None and plots["c"].width == 0
-    # A file that failed to load is also an error in the log.
-    assert any(e.source == "log" and "missing.png" in e.url for e in browser.errors())
+    # A file that failed to load is also an error in the browser's log.
+    assert any(e.source == "console" and "missing.png" in e.url for e in browser.errors())
 
 
 def test_full_page_screenshot_covers_the_whole_page(browser: Browser, tmp_path: Path) -> None:
@@ -221,22 +217,55 @@ def test_full_page_screenshot_covers_the_whole_page(browser: Browser, tmp_path: 
     assert _png_size(view) == browser.window
 
 
-def test_inspect_page_one_shot(tmp_path: Path) -> None:
+def test_one_shot_browser_reports_and_screenshots_the_page(tmp_path: Path) -> None:
     shot = tmp_path / "report.png"
-    report = inspect_page(_write(tmp_path, CONTRACT_PAGE), screenshot=shot, timeout=20)
-    assert report.title == "optbench report" and report.errors == []
-    assert [p.kind for p in report.plots] == ["pareto", "latency"]
-    assert [r.technique for r in report.recommendations][0] == "channels_last+bf16_autocast"
+    with Browser(timeout=20) as b:
+        b.open(_write(tmp_path, CONTRACT_PAGE))
+        assert b.screenshot(shot) == shot
+        assert b.page.title() == "optbench report" and b.errors() == []
+        assert [p.kind for p in b.plots()] == ["pareto", "latency"]
+        assert [r.technique for r in b.recommendations()][0] == "channels_last+bf16_autocast"
     width, height = _png_size(shot)
-    assert report.screenshot == shot and width == 1280 and height > 500
+    assert width == 1280 and height > 500
 
 
-def _group_gone(pgid: int, within: float = 10.0) -> bool:
+def _live_parent(pid: int) -> int | None:
+    """The parent pid of a live process; None when it is gone or a zombie (dead, only not yet reaped)."""
+    try:
+        state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+    except OSError:
+        return None
+    return None if state == "Z" else int(ppid)
+
+
+def _our_chromiums() -> dict[int, str]:
+    """Live Chromium processes below this test process (under Playwright's driver): pid -> command line."""
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+    parent = {pid: ppid for pid in pids if (ppid := _live_parent(pid)) is not None}
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            pid = parent.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    found = {}
+    for pid in filter(ours, parent):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile
+        if "chromium" in cmd.split(" ")[0]:
+            found[pid] = cmd
+    return found
+
+
+def _gone(pids: set[int], within: float = 10.0) -> bool:
+    # Each pid by itself, not by ancestry: a child that outlived its parent is reparented, yet alive.
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
+        if all(_live_parent(pid) is None for pid in pids):
             return True
         time.sleep(0.1)
     return False
@@ -244,15 +273,16 @@ def _group_gone(pgid: int, within: float = 10.0) -> bool:
 
 def test_a_hanging_page_times_out_and_the_browser_is_killed(tmp_path: Path) -> None:
     page = _write(tmp_path, "<!doctype html><html><body><script>while (true) {}</script></body></html>")
-    b = Browser(timeout=2)
+    before = set(_our_chromiums())  # the module's browser fixture may be running: not this test's
     start = time.monotonic()
-    with pytest.raises(BrowserError, match="timed out"), b:
-        assert b._proc is not None
-        pgid, profile = b._proc.pid, b._profile
+    with pytest.raises(PlaywrightTimeoutError, match="Timeout 2000ms exceeded"), Browser(timeout=2) as b:
+        started = {pid: cmd for pid, cmd in _our_chromiums().items() if pid not in before}
+        assert started, "no chromium process found for this Browser"
         b.open(page)
     assert time.monotonic() - start < 20
-    assert b._proc is None and _group_gone(pgid), "chromium outlived its Browser"
-    assert profile is not None and not Path(profile).exists()
+    assert _gone(set(started)), "chromium outlived its Browser"
+    profiles = {m[1] for cmd in started.values() if (m := re.search(r"--user-data-dir=(\S+)", cmd))}
+    assert profiles and not any(Path(p).exists() for p in profiles), profiles
 
 
 def test_missing_chromium_is_a_clear_error(tmp_path: Path) -> None:
