@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from optbench import register_model, text_classifier
-from optbench.modelspec import TrainRecipe
+from optbench.catalog.models import TrainRecipe
 
 VOCAB = 30522
 SEQ_LEN = 128

@@ -7,7 +7,7 @@ import torchvision.models as tvm
 from torchvision.models.vision_transformer import interpolate_embeddings
 
 from optbench import image_classifier, register_model
-from optbench.modelspec import ModelSpec, TrainRecipe
+from optbench.catalog.models import ModelSpec, TrainRecipe
 
 # Trained (digits) weights are trained and evaluated at 32x32: on 2 CPU cores the whole zoo trains
 # in minutes at this size, and every model here still learns the task. They are timed at 224x224.

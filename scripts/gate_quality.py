@@ -135,7 +135,8 @@ def redecide(kept: Path) -> int:
     again with this checkout's rule (optbench/gate/paired.py), and print what changes: a new decision
     rule checked on the same data. A case that now needs a confirmation the recorded run did not
     measure is counted apart: its outcome is unknown."""
-    from optbench.gate import ab_confirm, paired
+    from optbench.ab import confirmation as ab_confirm
+    from optbench.gate import paired
     from optbench.gate.config import GateConfig
     from optbench.gate.verdicts import REGRESSED, UNCHANGED, Verdict
 

@@ -23,8 +23,8 @@ class TinyMLP(nn.Module):
 @pytest.fixture(scope="session")
 def registries():
     """The zoo and built-in techniques, plus a tiny image model for fast tests."""
-    from optbench.modelspec import MODELS, TrainRecipe, image_classifier, load_zoo, register_model
-    from optbench.techniques import TECHNIQUES, load_techniques
+    from optbench.catalog.models import MODELS, TrainRecipe, image_classifier, load_zoo, register_model
+    from optbench.catalog.techniques import TECHNIQUES, load_techniques
 
     load_techniques()
     load_zoo()

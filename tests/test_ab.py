@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from user_repo import user_repo
 
+from optbench.ab.driver import plan, pool
 from optbench.cli import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, main
-from optbench.gate.ab import plan, pool
 
 ROOT = Path(__file__).resolve().parents[1]
 # Random weights at the task shape (3x32x32) and a short time budget: a case takes about a second.
@@ -257,7 +257,7 @@ def test_injected_slowdown_is_caught_and_base_runs_its_own_code(clone, cache, tm
     """Head (the working tree, uncommitted) sleeps 20 ms in every channels_last call; base (the commit)
     does not. Caught only if base really ran the commit's optbench, not head's."""
     repo, python = clone
-    technique = repo / "src" / "optbench" / "techniques" / "channels_last.py"
+    technique = repo / "src" / "optbench" / "catalog" / "techniques" / "channels_last.py"
     original = technique.read_text()
     anchor = "        prepared.module.to(memory_format=torch.channels_last)"
     line = next(x for x in original.splitlines(keepends=True) if x.startswith(anchor))
@@ -346,7 +346,7 @@ def test_a_case_that_head_breaks_fails_the_gate_with_its_reason(clone, cache, tm
     """Head's channels_last raises: a case that passed on base and fails on head is a regression,
     named with head's reason, never 'not comparable' (its failed row has no dtype)."""
     repo, python = clone
-    technique = repo / "src" / "optbench" / "techniques" / "channels_last.py"
+    technique = repo / "src" / "optbench" / "catalog" / "techniques" / "channels_last.py"
     original = technique.read_text()
     anchor = "        prepared.module.to(memory_format=torch.channels_last)"
     line = next(x for x in original.splitlines(keepends=True) if x.startswith(anchor))

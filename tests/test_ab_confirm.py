@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from optbench.gate import ab_confirm
-from optbench.gate.ab import AbOptions, AbRun, Measured, Side, _confirm, _confirmation_notes
+from optbench.ab import confirmation as ab_confirm
+from optbench.ab.driver import AbOptions, AbRun, Measured, Side, _confirm, _confirmation_notes
 from optbench.gate.config import GateConfig
 from optbench.gate.verdicts import REGRESSED, UNCHANGED, Verdict, failed
 

@@ -5,13 +5,13 @@ import math
 import pytest
 import torch
 
-from optbench.accuracy import accuracy_ok, baseline_is_deterministic, fidelity, topk_accuracy
-from optbench.case import Case
+from optbench.catalog.techniques import Technique, register_technique
+from optbench.catalog.weights import WeightsProvider
+from optbench.matrix.case import Case
+from optbench.matrix.profiles import TimingPolicy
+from optbench.measure.accuracy import accuracy_ok, baseline_is_deterministic, fidelity, topk_accuracy
+from optbench.pytest_plugin.runner import CaseFailed, CaseRunner, RunState
 from optbench.results import ResultsWriter
-from optbench.runner import CaseFailed, CaseRunner, RunState
-from optbench.techniques import Technique, register_technique
-from optbench.timing import TimingPolicy
-from optbench.weights import WeightsProvider
 
 FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=2, budget_s=0.05, min_rounds=6, max_rounds=50)
 
@@ -110,7 +110,7 @@ def test_nan_output_and_fail_accuracy_fail_the_case_unless_record_only(state):
 
 
 def test_nondeterministic_baseline_is_flagged(state, monkeypatch):
-    import optbench.measure as measure_module
+    import optbench.measure.inference as measure_module
 
     calls = iter(range(1000))
     real = measure_module.evaluate

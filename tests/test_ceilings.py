@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-import optbench.ceilings as ceilings
-from optbench.ceilings import Ceilings, compute_dtype
+import optbench.measure.ceilings as ceilings
+from optbench.measure.ceilings import Ceilings, compute_dtype
 
 
 def test_ceilings_are_measured_once_then_read_from_the_cache(tmp_path, monkeypatch):

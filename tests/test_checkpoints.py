@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from optbench.checkpoints import checkpoint_path, load_or_train
-from optbench.tasks.digits import digits_task
+from optbench.catalog.checkpoints import checkpoint_path, load_or_train
+from optbench.catalog.tasks.digits import digits_task
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_truncated_checkpoint_warns_and_retrains(spec, tmp_path):
 
 
 def test_checkpoint_that_does_not_fit_the_model_warns_and_retrains(spec, tmp_path):
-    from optbench.checkpoints import atomic_save
+    from optbench.catalog.checkpoints import atomic_save
 
     task = digits_task(spec.task_resolution)
     calls = []
@@ -72,7 +72,7 @@ def test_training_progress_in_a_log_is_sparse(spec, capsys):
     # top-1) and at most every 10 s otherwise, never once per step.
     import time
 
-    from optbench.training import train
+    from optbench.catalog.checkpoint_training import train
 
     task = digits_task(spec.resolution)
     started = time.perf_counter()

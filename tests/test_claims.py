@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from optbench.claims import claims_markdown, findings
 from optbench.cli import EXIT_OK, EXIT_USAGE, main
+from optbench.report.claims import claims_markdown, findings
 from optbench.results import COLUMN_NAMES
 
 

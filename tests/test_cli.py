@@ -61,7 +61,7 @@ def test_show_on_a_missing_path_is_one_line_and_exit_code_2(tmp_path):
 
 def test_selfcheck_measures_all_three_ways():
     # Figures only: whether they agree depends on the machine, which a test must not judge.
-    from optbench.selfcheck import report, run_selfcheck
+    from optbench.pytest_plugin.selfcheck import report, run_selfcheck
 
     result = run_selfcheck("lstm_classifier", batch_size=2, budget=0.1, repeats=1)
     assert set(result["figures_ms"]) == {"optbench", "torch_timer", "perf_counter_loop", "harness_noop"}
@@ -71,7 +71,7 @@ def test_selfcheck_measures_all_three_ways():
 
 
 def test_selfcheck_times_a_stack_on_the_same_prepared_module(registries):
-    from optbench.selfcheck import CHECKS, report, run_selfcheck
+    from optbench.pytest_plugin.selfcheck import CHECKS, report, run_selfcheck
 
     assert ("resnet50", 8, "eager", 5.0) in CHECKS and any("+" in check[2] for check in CHECKS)
     result = run_selfcheck(

@@ -5,10 +5,10 @@ import shutil
 
 import pytest
 
-from optbench.case import Case
+from optbench.matrix.case import Case
+from optbench.matrix.profiles import TimingPolicy
+from optbench.pytest_plugin.runner import CaseRunner, RunState
 from optbench.results import ResultsWriter
-from optbench.runner import CaseRunner, RunState
-from optbench.timing import TimingPolicy
 
 FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=1, budget_s=0.05, min_rounds=3, max_rounds=10)
 

@@ -7,13 +7,13 @@ import pytest
 import torch
 from torch import nn
 
-from optbench import compression, cost
-from optbench.modelspec import TrainRecipe, image_classifier, text_classifier
-from optbench.registry import UsageProblem
-from optbench.tasks.base import TaskData
-from optbench.techniques import Prepared, TechniqueContext, load_techniques, resolve
-from optbench.techniques.linear_csr import CsrLinear
-from optbench.techniques.prune_unstructured import prunable, zero_fraction
+from optbench.catalog import compression, cost
+from optbench.catalog.models import TrainRecipe, image_classifier, text_classifier
+from optbench.catalog.tasks.base import TaskData
+from optbench.catalog.techniques import Prepared, TechniqueContext, load_techniques, resolve
+from optbench.catalog.techniques.linear_csr import CsrLinear
+from optbench.catalog.techniques.prune_unstructured import prunable, zero_fraction
+from optbench.errors import UsageProblem
 
 RES = 16
 RECIPE = TrainRecipe(lr=1e-3, batch_size=16)

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from optbench.case import Case
-from optbench.modelspec import MODELS
-from optbench.registry import UsageProblem
+from optbench.catalog.models import MODELS
+from optbench.catalog.techniques import TECHNIQUES, Technique, TechniqueContext, register_technique
+from optbench.catalog.weights import WeightsProvider
+from optbench.errors import UsageProblem
+from optbench.matrix.case import Case
+from optbench.matrix.profiles import TimingPolicy
+from optbench.pytest_plugin.runner import CaseRunner, RunState
 from optbench.results import ResultsWriter
-from optbench.runner import CaseRunner, RunState
-from optbench.techniques import TECHNIQUES, Technique, TechniqueContext, register_technique
-from optbench.timing import TimingPolicy
-from optbench.weights import WeightsProvider
 
 FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=2, budget_s=0.05, min_rounds=6, max_rounds=50)
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -53,7 +53,7 @@ class FineTunesOneStep(Technique):
 @pytest.fixture(scope="session")
 def example(registries, tmp_path_factory):
     """The README's example, saved as the user would save it and loaded as the plugin loads it."""
-    from optbench.modelspec import load_user_dir
+    from optbench.catalog.models import load_user_dir
 
     folder = tmp_path_factory.mktemp("techniques")
     (folder / "act_fake_int8.py").write_text(readme_example())

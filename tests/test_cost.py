@@ -3,8 +3,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from optbench.cost import count_flops, model_sizes, parameter_counts, serialized
-from optbench.modelspec import zoo_dir
+from optbench.catalog.cost import count_flops, model_sizes, parameter_counts, serialized
+from optbench.catalog.models import zoo_dir
 
 
 def test_flops_of_a_linear_layer_and_an_lstm():

@@ -7,15 +7,15 @@ import signal
 import pytest
 import torch
 
-from optbench import loader_bench
-from optbench.case import Case
-from optbench.jpeg_dataset import check_image_folder, generated_dataset
-from optbench.loader_bench import PipelineConfig, settings_for
-from optbench.registry import UsageProblem
+from optbench.catalog.tasks.jpeg_folder import check_image_folder, generated_dataset
+from optbench.catalog.techniques import resolve
+from optbench.errors import UsageProblem
+from optbench.matrix.case import Case
+from optbench.matrix.profiles import TimingPolicy
+from optbench.measure import data as loader_bench
+from optbench.measure.data import PipelineConfig, settings_for
+from optbench.pytest_plugin.runner import CaseFailed, CaseRunner, RunState
 from optbench.results import ResultsWriter, load
-from optbench.runner import CaseFailed, CaseRunner, RunState
-from optbench.techniques import resolve
-from optbench.timing import TimingPolicy
 
 FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=1, budget_s=0.05, min_rounds=2, max_rounds=20)
 IMAGES = 16
@@ -74,7 +74,7 @@ def test_each_setting_is_one_row_with_positive_throughput(state, tmp_path):
 def test_settings_fold_in_stack_order_and_need_workers_where_they_must(registries):
     settings = settings_for(Case("resnet18", "workers_3+prefetch_8+no_shuffle", "cpu", 4, "data"))
     assert (settings.num_workers, settings.prefetch_factor, settings.shuffle) == (3, 8, False)
-    from optbench.techniques.base import NotApplicable
+    from optbench.catalog.techniques.base import NotApplicable
 
     with pytest.raises(NotApplicable, match="persistent_workers needs worker processes"):
         settings_for(Case("resnet18", "persistent_workers", "cpu", 4, "data"))

@@ -405,7 +405,7 @@ TRAINING_SKIPPED = {
 
 
 def data_settings() -> set[str]:
-    from optbench.techniques.data_loader import available_cores, worker_levels
+    from optbench.catalog.techniques.data_loader import available_cores, worker_levels
 
     cores = available_cores()
     tuned = f"workers_{cores}"

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from optbench.cli import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, main
+from optbench.errors import UsageProblem
 from optbench.gate.config import GateConfig, Thresholds, parse_gate_config
 from optbench.gate.exports import bencher_metric_format, github_action_benchmark
 from optbench.gate.render import markdown, verdicts_json
 from optbench.gate.verdicts import _correct, apply_confirmation, compare, failed, to_confirm
-from optbench.registry import UsageProblem
 from optbench.results import ResultsWriter, load
 
 RNG = np.random.default_rng(0)
@@ -198,7 +198,7 @@ def test_a_case_that_disappears_from_a_selection_that_asks_for_it_regresses():
 
 def test_asked_for_reads_the_selection_from_the_manifests():
     from optbench.gate.verdicts import asked_for
-    from optbench.manifest import Manifest
+    from optbench.results.manifest import Manifest
 
     def manifest(cases, shard=None, **config):
         return Manifest("r", "sha", {"profile": "smoke", **config}, cases, len(cases), shard)
@@ -343,7 +343,7 @@ def test_cli_exit_codes_baseline_save_and_outputs(tmp_path, capsys, monkeypatch)
 
 
 def test_cli_compare_fails_on_a_case_that_stopped_working_or_disappeared(tmp_path, capsys):
-    from optbench.manifest import Manifest
+    from optbench.results.manifest import Manifest
 
     base = _run(tmp_path / "base", [row(), row("x", 50)])
     broken = row("x", status="failed", reason="RuntimeError: head broke it", dtype=None, samples=[])
@@ -426,9 +426,9 @@ def test_the_gate_imports_no_torch():
     import sys
 
     code = (
-        "import sys, optbench.cli, optbench.results, optbench.manifest, optbench.gate.verdicts, "
-        "optbench.gate.render, optbench.gate.exports, optbench.gate.config, optbench.gate.ab, "
-        "optbench.gate.ab_confirm, optbench.gate.paired, optbench.gate.lockstep; "
+        "import sys, optbench.cli, optbench.results, optbench.results.manifest, optbench.gate.verdicts, "
+        "optbench.gate.render, optbench.gate.exports, optbench.gate.config, optbench.ab.driver, "
+        "optbench.ab.confirmation, optbench.gate.paired, optbench.ab.lockstep; "
         "print('torch' in sys.modules)"
     )
     assert (

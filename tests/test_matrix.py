@@ -1,4 +1,4 @@
-from optbench.case import Case, Selection, build_matrix
+from optbench.matrix.case import Case, Selection, build_matrix
 
 
 def _select(**kw):
@@ -77,7 +77,7 @@ def test_training_mode_is_not_claimed_by_inference_only_techniques(registries):
 
 
 def test_default_matrix_of_each_mode_holds_only_techniques_of_that_mode(registries):
-    from optbench.techniques import resolve
+    from optbench.catalog.techniques import resolve
 
     for mode in ("inference", "training", "data"):
         cases = build_matrix(_select(techniques=None), mode)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optbench.gate.ab import paired_slices
+from optbench.ab.driver import paired_slices
 from optbench.gate.config import GateConfig, Thresholds
 from optbench.gate.paired import MIN_PAIRS, Pair, decide, pair_slices, ratios, signed_rank_p, split
 from optbench.gate.verdicts import IMPROVED, REGRESSED, UNCHANGED, Verdict
-from optbench.runner import plain_timer
-from optbench.timing import before_rounds, paced_rounds, slice_ends
+from optbench.measure.timing import before_rounds, paced_rounds, slice_ends
+from optbench.pytest_plugin.runner import plain_timer
 
 
 class FakePacer:

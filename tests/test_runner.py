@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from optbench.case import Case
+from optbench.catalog.techniques import Technique, register_technique
+from optbench.matrix.case import Case
+from optbench.matrix.profiles import TimingPolicy
+from optbench.pytest_plugin.runner import CaseFailed, CaseRunner, RunState
 from optbench.results import ResultsWriter, load
-from optbench.runner import CaseFailed, CaseRunner, RunState
-from optbench.techniques import Technique, register_technique
-from optbench.timing import TimingPolicy
 
 FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=2, budget_s=0.05, min_rounds=6, max_rounds=50)
 

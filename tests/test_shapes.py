@@ -2,8 +2,8 @@
 
 import torch
 
-from optbench.modelspec import MODELS
-from optbench.weights import ModelWeights
+from optbench.catalog.models import MODELS
+from optbench.catalog.weights import ModelWeights
 
 
 def test_vit_weights_trained_at_the_task_shape_build_at_both_shapes_repeatedly(registries):

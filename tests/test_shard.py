@@ -11,10 +11,10 @@ import pytest
 from test_end_to_end import run_bench
 
 from optbench.cli import EXIT_OK, EXIT_USAGE, main
-from optbench.manifest import Manifest
-from optbench.registry import UsageProblem
+from optbench.errors import UsageProblem
+from optbench.matrix.shard import Shard, detect_shard, parse_shard, plan
 from optbench.results import load
-from optbench.shard import Shard, detect_shard, parse_shard, plan
+from optbench.results.manifest import Manifest
 
 
 @pytest.mark.parametrize("text", ["0/3", "4/3", "x/3", "3", "1/0", "-1/3"])
@@ -204,7 +204,7 @@ def test_merge_and_the_shard_plan_import_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, optbench.cli, optbench.merge, optbench.shard; print('torch' in sys.modules)"
+    code = "import sys, optbench.cli, optbench.results.merge, optbench.matrix.shard; print('torch' in sys.modules)"
     assert (
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
     )

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from optbench.speedup import clear_difference, speedup_interval
+from optbench.results.derive import clear_difference, speedup_interval
 
 
 def test_twice_as_fast_has_an_interval_around_two_that_excludes_one():

@@ -3,13 +3,19 @@
 import pytest
 import torch
 
-from optbench.case import Case
-from optbench.modelspec import MODELS
-from optbench.registry import UsageProblem
+from optbench.catalog.models import MODELS
+from optbench.catalog.techniques import (
+    Prepared,
+    TechniqueContext,
+    check_techniques,
+    default_techniques,
+    resolve,
+)
+from optbench.errors import UsageProblem
+from optbench.matrix.case import Case
+from optbench.matrix.profiles import TimingPolicy
+from optbench.pytest_plugin.runner import CaseRunner, RunState
 from optbench.results import ResultsWriter
-from optbench.runner import CaseRunner, RunState
-from optbench.techniques import Prepared, TechniqueContext, check_techniques, default_techniques, resolve
-from optbench.timing import TimingPolicy
 
 FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=2, budget_s=0.05, min_rounds=6, max_rounds=50)
 

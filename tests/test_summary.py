@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from optbench.summary import run_summary
+from optbench.report.summary import run_summary
 
 
 def _row(technique, speedup, low, high, top1=0.9):

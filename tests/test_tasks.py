@@ -3,10 +3,10 @@ import time
 import pytest
 import torch
 
-from optbench.registry import UsageProblem
-from optbench.tasks.digits import digits_task
-from optbench.tasks.imagefolder import check_data_dir, imagefolder_task
-from optbench.tasks.marker_text import marker_text_task
+from optbench.catalog.tasks.digits import digits_task
+from optbench.catalog.tasks.imagefolder import check_data_dir, imagefolder_task
+from optbench.catalog.tasks.marker_text import marker_text_task
+from optbench.errors import UsageProblem
 
 
 def test_digits_split_is_fixed_stratified_and_resized():
@@ -32,7 +32,7 @@ def test_marker_text_is_deterministic_and_labels_follow_the_markers():
 
 
 def test_a_small_model_trains_on_digits_to_90_percent_quickly(registries, tmp_path):
-    from optbench.training import train
+    from optbench.catalog.checkpoint_training import train
 
     models, _ = registries
     spec = models.get("tiny_mlp").at_task_shape()
@@ -46,7 +46,7 @@ def test_a_small_model_trains_on_digits_to_90_percent_quickly(registries, tmp_pa
 
 
 def test_untrained_model_is_near_chance_on_the_text_task(registries):
-    from optbench.training import predict
+    from optbench.catalog.checkpoint_training import predict
 
     models, _ = registries
     spec = models.get("lstm_classifier").at_task_shape()

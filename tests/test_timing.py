@@ -3,7 +3,9 @@ import math
 import numpy as np
 import pytest
 
-from optbench.timing import TimingPolicy, latency_stats, median_rel_ci95, plan_rounds, settled, warm_up
+from optbench.matrix.profiles import TimingPolicy
+from optbench.measure.timing import plan_rounds, settled, warm_up
+from optbench.results.derive import latency_stats, median_rel_ci95
 
 
 def test_latency_stats_in_milliseconds():
@@ -45,7 +47,7 @@ def test_plan_rounds_follows_spread_and_budget():
 
 
 def test_warm_up_runs_at_least_the_minimum_rounds(monkeypatch):
-    import optbench.timing as timing
+    import optbench.measure.timing as timing
 
     calls = []
 
@@ -67,7 +69,7 @@ def test_settled_waits_for_calls_to_stop_getting_faster():
 
 
 def test_warm_up_keeps_going_while_calls_get_faster(monkeypatch):
-    import optbench.timing as timing
+    import optbench.measure.timing as timing
 
     durations = iter(
         [0.096, 0.098, 0.094, 0.081, 0.059, 0.080, 0.057, 0.059, 0.058, 0.058, 0.060, 0.057] + [0.058] * 50

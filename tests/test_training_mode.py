@@ -8,16 +8,16 @@ import pytest
 import torch
 from torch import nn
 
-from optbench.case import Case
-from optbench.convergence import DIVERGED, short_training, verdict
+from optbench.catalog.techniques import Prepared, TechniqueContext, resolve
+from optbench.catalog.techniques.activation_checkpoint import repeated_blocks
+from optbench.catalog.techniques.base import NotApplicable
+from optbench.catalog.weights import WeightsProvider
+from optbench.matrix.case import Case
+from optbench.matrix.profiles import TimingPolicy
+from optbench.measure.convergence import DIVERGED, short_training, verdict
+from optbench.measure.train_step import backward_micro_batches, train_step
+from optbench.pytest_plugin.runner import CaseRunner, RunState
 from optbench.results import ResultsWriter
-from optbench.runner import CaseRunner, RunState
-from optbench.techniques import Prepared, TechniqueContext, resolve
-from optbench.techniques.activation_checkpoint import repeated_blocks
-from optbench.techniques.base import NotApplicable
-from optbench.timing import TimingPolicy
-from optbench.train_step import backward_micro_batches, train_step
-from optbench.weights import WeightsProvider
 
 FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=2, budget_s=0.05, min_rounds=6, max_rounds=50)
 
@@ -202,7 +202,7 @@ def test_training_rows_carry_speed_memory_flops_and_convergence(state):
 
 
 def registries_spec():
-    from optbench.modelspec import MODELS
+    from optbench.catalog.models import MODELS
 
     return MODELS.get("tiny_mlp")
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 def test_the_installed_wheel_benchmarks_a_users_repository(tmp_path):
     python = Path(VENV) / "bin" / "python"
     where = subprocess.run(
-        [python, "-c", "import optbench, optbench.tasks, optbench.zoo; print(optbench.__file__)"],
+        [python, "-c", "import optbench, optbench.catalog.tasks, optbench.zoo; print(optbench.__file__)"],
         capture_output=True, text=True, cwd=tmp_path,
     )  # fmt: skip
     assert where.returncode == 0, where.stderr

@@ -10,18 +10,18 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "ModelSpec": "optbench.modelspec",
-    "register_model": "optbench.modelspec",
-    "image_classifier": "optbench.modelspec",
-    "text_classifier": "optbench.modelspec",
-    "TrainRecipe": "optbench.modelspec",
-    "MODELS": "optbench.modelspec",
-    "Technique": "optbench.techniques.base",
-    "Prepared": "optbench.techniques.base",
-    "register_technique": "optbench.techniques.base",
-    "TECHNIQUES": "optbench.techniques.base",
-    "TechniqueContext": "optbench.techniques.context",
-    "register_default_stack": "optbench.techniques.stack",
+    "ModelSpec": "optbench.catalog.models",
+    "register_model": "optbench.catalog.models",
+    "image_classifier": "optbench.catalog.models",
+    "text_classifier": "optbench.catalog.models",
+    "TrainRecipe": "optbench.catalog.models",
+    "MODELS": "optbench.catalog.models",
+    "Technique": "optbench.catalog.techniques.base",
+    "Prepared": "optbench.catalog.techniques.base",
+    "register_technique": "optbench.catalog.techniques.base",
+    "TECHNIQUES": "optbench.catalog.techniques.base",
+    "TechniqueContext": "optbench.catalog.techniques.context",
+    "register_default_stack": "optbench.catalog.techniques.stack",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from optbench.registry import UsageProblem
+from optbench.errors import UsageProblem
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from optbench.values import number as _num
+from optbench.results.values import number as _num
 
 
 def _passed(frame: pd.DataFrame) -> pd.DataFrame:

@@ -17,7 +17,7 @@ import pandas as pd
 from scipy import stats
 
 from optbench.gate.config import GateConfig, Thresholds
-from optbench.values import number as _num
+from optbench.results.values import number as _num
 
 REGRESSED, IMPROVED, UNCHANGED = "regressed", "improved", "unchanged"
 NEW, MISSING, NOT_COMPARABLE = "new", "missing", "not_comparable"
@@ -68,7 +68,7 @@ def _samples(row: pd.Series) -> np.ndarray:
 
 
 def _ratio_interval(base: np.ndarray, head: np.ndarray) -> tuple[float, float]:
-    from optbench.speedup import speedup_interval
+    from optbench.results.derive import speedup_interval
 
     low, high = speedup_interval(head, base)  # median(head) / median(base)
     return low, high

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from optbench.registry import UsageProblem
+from optbench.errors import UsageProblem
 from optbench.report.html import report_html
 from optbench.report.markdown import report_markdown
 from optbench.report.plots import plots

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from optbench.values import number
+from optbench.results.values import number
 
 KINDS = ("pareto", "latency", "size_speed", "pct_of_peak")
 _FAILED = "#b0b0b0"

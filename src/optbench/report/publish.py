@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from optbench.registry import UsageProblem
+from optbench.errors import UsageProblem
 from optbench.report.build import HTML, MARKDOWN, render
 from optbench.report.markdown import md_table, recommendations_frame
 from optbench.report.recommend import Limits, recommend

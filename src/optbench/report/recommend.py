@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from optbench.values import number
+from optbench.results.values import number
 
 GROUP = ("model", "device", "mode", "batch_size", "input_shape")
 CLEAR = "recommended"

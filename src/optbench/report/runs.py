@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from optbench.registry import UsageProblem
+from optbench.errors import UsageProblem
 from optbench.results import load, resolve
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from optbench.report.runs import Run
-from optbench.values import number
+from optbench.results.values import number
 
 GRID_INDEX = ["model", "device", "mode", "batch_size"]
 _SHORT = {"skipped": "skip", "failed": "FAILED", "oom": "OOM", "nan_output": "NaN"}

@@ -1,0 +1,1 @@
+"""What can run: model specs (models/ is the zoo), techniques, tasks, devices, weights, user plugins."""

@@ -1,0 +1,216 @@
+"""Which weights a case runs with: random (seeded), trained on the embedded task, or pretrained."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from optbench.catalog.models import IMAGE, ModelSpec
+from optbench.catalog.tasks.base import TaskData
+from optbench.errors import UsageProblem
+
+WEIGHT_CHOICES = ("random", "trained", "pretrained")
+BUILD_SEED = 0
+
+
+@dataclass
+class ModelWeights:
+    spec: ModelSpec
+    """The model's spec at its deployment shape (with the task's number of classes)."""
+    state_dict: dict[str, torch.Tensor] | None
+    """None: the seeded random initialisation."""
+    task: TaskData | None
+    """Held-out data to evaluate on, at `eval_spec`'s shape (None: no evaluation for these weights)."""
+    source: str
+    record: dict[str, Any] = field(default_factory=dict)
+    made_at: str = ""
+    """The input shape the state dict belongs to (a shape-tied model built at another is adapted)."""
+    eval_spec: ModelSpec | None = None
+    """The spec at the shape the task's held-out split comes in (None: no evaluation)."""
+    key: str = ""
+    """Identifies these weights in cache keys of techniques that prepare from them."""
+
+    def eval_set(self, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The held-out inputs and labels, or their first `limit` (the split is shuffled and
+        stratified, so a prefix keeps the classes balanced)."""
+        assert self.task is not None
+        return self.task.eval_x[:limit], self.task.eval_y[:limit]
+
+    def build(self, at: ModelSpec | None = None) -> torch.nn.Module:
+        """The model built at `at`'s input shape (default: deployment) with these weights, in eval mode."""
+        spec = at or self.spec
+        torch.manual_seed(BUILD_SEED)
+        model = spec.build_model()
+        if self.state_dict is not None:
+            state = self.state_dict
+            if spec.shape_tied and spec.input_shape != self.made_at:
+                if spec.adapt_weights is None:
+                    raise UsageProblem(
+                        f"{spec.name}'s weights are tied to its input shape ({self.made_at}) and its spec "
+                        f"has no adapt_weights to run it at {spec.input_shape}: use --timing-shape task"
+                    )
+                # A copy: adapters may edit the dict they get (torchvision's interpolate_embeddings
+                # does), and these weights are built again at the task shape for evaluation.
+                state = spec.adapt_weights(dict(state), spec)
+            model.load_state_dict(state)
+        return model.eval()
+
+
+def pretrained_weights_file(spec: ModelSpec, must_exist: bool = False) -> tuple[Any, Path]:
+    """torchvision's default weights for a zoo model and where torch hub caches their file; with
+    `must_exist`, a missing file is a UsageProblem naming the file and the folder."""
+    from torchvision.models import get_model_weights
+
+    try:
+        weights = get_model_weights(spec.name).DEFAULT
+    except (ValueError, KeyError):
+        raise UsageProblem(
+            f"--weights pretrained: torchvision has no pretrained weights for {spec.name!r}"
+        ) from None
+    file = Path(torch.hub.get_dir()) / "checkpoints" / Path(weights.url).name
+    if must_exist and not file.exists():
+        raise UsageProblem(
+            f"--weights pretrained: {spec.name} needs {file.name} in {file.parent} (nothing is downloaded; "
+            "copy the file there, or use --weights trained)"
+        )
+    return weights, file
+
+
+def pretrained_preprocess(spec: ModelSpec) -> tuple[int, int, tuple[float, ...], tuple[float, ...]] | None:
+    """(resize, crop, mean, std) of torchvision's default weights for `spec`, or None when it has none
+    (text models, user models)."""
+    if spec.task != IMAGE:
+        return None
+    from torchvision.models import get_model_weights
+
+    try:
+        transforms = get_model_weights(spec.name).DEFAULT.transforms()
+    except (ValueError, KeyError, AttributeError):
+        return None
+    return (
+        int(transforms.resize_size[0]),
+        int(transforms.crop_size[0]),
+        tuple(float(m) for m in transforms.mean),
+        tuple(float(v) for v in transforms.std),
+    )
+
+
+class WeightsProvider:
+    """Resolves each model's weights once per run (training or loading the cached checkpoint)."""
+
+    def __init__(
+        self,
+        choice: str,
+        data_dir: Path | None = None,
+        cache_root: Path | None = None,
+        progress_context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+        progress: bool = True,
+    ) -> None:
+        if choice not in WEIGHT_CHOICES:
+            raise UsageProblem(f"unknown weights {choice!r}; valid weights: {', '.join(WEIGHT_CHOICES)}")
+        self.choice = choice
+        self.data_dir = data_dir
+        self.cache_root = cache_root
+        # Lets the pytest plugin show training progress bars past output capture.
+        self.show_progress = progress_context or contextlib.nullcontext
+        self.progress = progress
+        self._cache: dict[str, ModelWeights | Exception] = {}
+
+    def eval_shape(self, spec: ModelSpec) -> str | None:
+        """The input shape these weights are evaluated at, without training anything."""
+        if self.choice == "trained":
+            return spec.task_input_shape
+        if self.choice == "pretrained" and self.data_dir is not None:
+            preprocess = pretrained_preprocess(spec)
+            return f"3x{preprocess[1]}x{preprocess[1]}" if preprocess else None
+        return None
+
+    def get(self, spec: ModelSpec) -> ModelWeights:
+        """Resolved once per model; a failure (no train split, say) is remembered and raised again
+        for the model's other cases instead of training again."""
+        if spec.name not in self._cache:
+            try:
+                self._cache[spec.name] = getattr(self, f"_{self.choice}")(spec)
+            except Exception as error:
+                self._cache[spec.name] = error
+        found = self._cache[spec.name]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def _random(self, spec: ModelSpec) -> ModelWeights:
+        return ModelWeights(
+            spec,
+            None,
+            None,
+            f"random (seed {BUILD_SEED})",
+            made_at=spec.input_shape,
+            key=f"random-{BUILD_SEED}",
+        )
+
+    def _trained(self, spec: ModelSpec) -> ModelWeights:
+        from optbench.catalog.checkpoint_training import TRAIN_SEED, train
+        from optbench.catalog.checkpoints import load_or_train
+        from optbench.catalog.tasks import task_for
+
+        task = task_for(spec, self.data_dir)
+        if task.num_classes != spec.num_classes:
+            spec = replace(spec, num_classes=task.num_classes)
+        at_task = spec.at_task_shape()  # trained and evaluated at the task's shape
+
+        def train_fn() -> tuple[torch.nn.Module, dict[str, Any]]:
+            with self.show_progress():
+                model, result = train(at_task, task, TRAIN_SEED, progress=self.progress)
+            return model, asdict(result)
+
+        state, record = load_or_train(at_task, task, TRAIN_SEED, train_fn, self.cache_root)
+        return ModelWeights(
+            spec,
+            state,
+            task,
+            f"trained on {task.name} (cache {record['cache']}: {record['path']})",
+            record,
+            made_at=at_task.input_shape,
+            eval_spec=at_task,
+            key=Path(record["path"]).stem,
+        )
+
+    def unavailable_reason(self, spec: ModelSpec) -> str | None:
+        """Why these weights do not exist for `spec` (a skipped case), or None."""
+        if self.choice == "pretrained" and pretrained_preprocess(spec) is None:
+            return f"--weights pretrained: torchvision has no pretrained weights for {spec.name}"
+        return None
+
+    def _pretrained(self, spec: ModelSpec) -> ModelWeights:
+        reason = self.unavailable_reason(spec)
+        if reason:
+            raise UsageProblem(reason)
+        weights, file = pretrained_weights_file(spec, must_exist=True)
+        state = torch.load(file, map_location="cpu", weights_only=True)
+        preprocess = pretrained_preprocess(spec)
+        assert preprocess is not None
+        # Timed and evaluated at the weights' own crop size, with their own resize and normalization.
+        crop = preprocess[1]
+        spec = replace(
+            spec, num_classes=len(weights.meta["categories"]), resolution=crop, task_resolution=crop
+        )
+        task, eval_spec = None, None
+        if self.data_dir is not None:
+            from optbench.catalog.tasks import task_for
+
+            eval_spec = spec
+            task = task_for(eval_spec, self.data_dir, preprocess)
+        return ModelWeights(
+            spec,
+            state,
+            task,
+            f"pretrained {weights} ({file})",
+            made_at=spec.input_shape,
+            eval_spec=eval_spec,
+            key=file.name,
+        )

@@ -1,0 +1,1 @@
+"""Which cases: profiles, the Case, shards."""

@@ -1,0 +1,100 @@
+"""Profiles: how big a run is. Models join a profile through their spec's batch sizes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    warmup_s: float = 1.0
+    """Warm up for at least this long (after the first call, which is timed as preparation)."""
+    warmup_rounds: int = 3
+    """... and for at least this many calls."""
+    warmup_max_s: float = 10.0
+    """... and past that until calls stop getting faster, for at most this long."""
+    budget_s: float = 5.0
+    """Time the case for at most about this long (min_rounds wins for very slow calls)."""
+    min_rounds: int = 10
+    max_rounds: int = 2000
+    target_rel_ci: float = 0.02
+    """Aim: the 95% confidence interval of the median within +-2% of it."""
+    noisy_rel_iqr: float = 0.10
+    """Flag a case noisy when its IQR exceeds this fraction of its median."""
+
+    def with_overrides(
+        self, budget_s: float | None = None, target_rel_ci: float | None = None
+    ) -> TimingPolicy:
+        changes: dict[str, float] = {}
+        if budget_s is not None:
+            changes["budget_s"] = budget_s
+        if target_rel_ci is not None:
+            changes["target_rel_ci"] = target_rel_ci
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    timing: TimingPolicy
+    converge_steps: int = 50
+    """Training cases: steps of the short seeded training (--converge-steps)."""
+    pipeline_images: int = 256
+    """Data cases: JPEGs in the generated dataset (--pipeline-images)."""
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            "smoke",
+            "a few small models, every technique, short timing: checks the harness in about a minute",
+            TimingPolicy(
+                warmup_s=0.3,
+                warmup_rounds=2,
+                warmup_max_s=3.0,
+                budget_s=1.0,
+                min_rounds=8,
+                target_rel_ci=0.05,
+            ),
+            converge_steps=30,
+            pipeline_images=48,
+        ),
+        Profile(
+            "default",
+            "the whole zoo at one batch size, 5 s of timing per case",
+            TimingPolicy(
+                warmup_s=1.0,
+                warmup_rounds=3,
+                warmup_max_s=10.0,
+                budget_s=5.0,
+                min_rounds=10,
+                target_rel_ci=0.02,
+            ),
+        ),
+        Profile(
+            "full",
+            "the whole zoo at latency, default and throughput batch sizes, 15 s of timing per case",
+            TimingPolicy(
+                warmup_s=2.0,
+                warmup_rounds=5,
+                warmup_max_s=20.0,
+                budget_s=15.0,
+                min_rounds=20,
+                target_rel_ci=0.01,
+            ),
+            converge_steps=300,
+            pipeline_images=1024,
+        ),
+    )
+}
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        from optbench.errors import UnknownNameError
+
+        raise UnknownNameError(f"unknown profile {name!r}; valid profiles: {', '.join(PROFILES)}") from None

@@ -1,0 +1,297 @@
+"""Measures one prepared case: build, prepare (outside inference mode), first call, warm-up, timed
+rounds, costs, and the held-out logits of the very object that was timed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import torch
+
+from optbench.catalog import cost
+from optbench.catalog.devices import synchronize
+from optbench.catalog.models import ModelSpec
+from optbench.catalog.techniques import Prepared, Technique, TechniqueContext
+from optbench.catalog.techniques.base import TRAINING
+from optbench.catalog.weights import ModelWeights
+from optbench.matrix.case import Case
+from optbench.matrix.profiles import TimingPolicy
+from optbench.measure.memory import PeakMemory
+from optbench.measure.timing import plan_rounds, warm_up
+from optbench.results.derive import latency_stats
+
+SEED = 0
+EVAL_BATCH = 32
+"""Evaluation batch size when the evaluation shape differs from the timed one (the prepared object
+sees a new shape anyway): far fewer calls for models timed at batch 2. At the timed shape, evaluation
+keeps the timed batch size, so a compiled model sees no new shape."""
+
+
+class TimeFn(Protocol):
+    """Runs `call` for `rounds` timed rounds (plus `warmup` untimed) and returns seconds per round.
+    Under `optbench ab` it may time more rounds and pause between slices of them; `paced=False`
+    times exactly `rounds` in one go (a call that consumes a finite stream, such as a loader epoch)."""
+
+    def __call__(
+        self, call: Callable[[], object], rounds: int, warmup: int, *, paced: bool = True
+    ) -> list[float]: ...
+
+
+@dataclass
+class Measurement:
+    """What measuring a case produced: row columns, and the arrays judging accuracy needs."""
+
+    columns: dict[str, Any]
+    samples_ms: list[float]
+    nonfinite: bool = False
+    logits: torch.Tensor | None = None
+    """Held-out logits of the prepared model (None: these weights have no task to evaluate on)."""
+    logits_again: torch.Tensor | None = None
+    """A second pass over the first batches (eager only): is fp32 itself deterministic?"""
+
+
+@dataclass
+class Setup:
+    """What one case needs besides the case itself (shared by the run)."""
+
+    timing: TimingPolicy
+    timing_shape: str = "deploy"
+    eval_limit: int | None = None
+    flops: dict[tuple[str, str, int, str, str], int] = field(default_factory=dict)
+    flops_source: dict[tuple[str, str, int, str, str], str] = field(default_factory=dict)
+    converge_steps: int = 0
+    """Training mode: optimizer steps of the short seeded training per case (0: none)."""
+    context: Callable[..., TechniqueContext] = TechniqueContext
+    """Makes the technique context (the run binds the cache folder and progress bars into it)."""
+
+
+def _dynamo_graphs() -> int:
+    """Graphs dynamo has compiled in this process so far (0 until anything was compiled)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return int(utils.counters["stats"]["unique_graphs"]) if utils is not None else 0
+
+
+def _build(
+    weights: ModelWeights, spec: ModelSpec, batch_size: int, device: torch.device
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """The model at `spec`'s input shape with the case's weights, and its example inputs, on `device`."""
+    model = weights.build(spec).to(device)
+    gen = torch.Generator().manual_seed(SEED)
+    return model, tuple(x.to(device) for x in spec.example_inputs(batch_size, gen))
+
+
+def apply_technique(
+    tech: Technique,
+    model: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    weights: ModelWeights,
+    spec: ModelSpec,
+    case: Case,
+    setup: Setup,
+    batch_size: int,
+) -> tuple[Prepared, TechniqueContext]:
+    """Apply the technique outside inference mode: it may calibrate, fine-tune or use autograd."""
+    ctx = setup.context(
+        spec=spec,
+        device=torch.device(case.device),
+        batch_size=batch_size,
+        input_shape=spec.input_shape,
+        task=weights.task,
+        seed=SEED,
+        weights_key=weights.key,
+        mode=case.mode,
+    ).for_technique(tech.name, tech.code_hash())
+    return tech.apply(Prepared.eager(model, inputs), ctx), ctx
+
+
+def evaluate(prepared: Prepared, x: torch.Tensor, batch_size: int, device: torch.device) -> torch.Tensor:
+    """Logits of the prepared model on `x`, at the timed batch size: the last batch is padded, so a
+    compiled model sees no new batch shape."""
+    outs = []
+    for i in range(0, len(x), batch_size):
+        chunk = x[i : i + batch_size]
+        real = len(chunk)
+        if real < batch_size:
+            chunk = torch.cat([chunk, chunk[:1].expand(batch_size - real, *chunk.shape[1:])])
+        out = prepared.forward(*prepared.adapt_inputs((chunk.to(device),)))
+        outs.append(out[:real].float().cpu())
+    return torch.cat(outs)
+
+
+@dataclass
+class Timed:
+    """A prepared case after its timed rounds: what the row's speed and cost columns come from."""
+
+    prepared: Prepared
+    ctx: TechniqueContext
+    spec: ModelSpec
+    """The spec at the timed input shape."""
+    samples: list[float]
+    pilot: list[float]
+    first_call_s: float
+    prepare_s: float
+    graphs: int
+    nonfinite: bool
+    memory: PeakMemory
+    params: int
+    nonzero: int
+    size: int
+    compressed: int
+    flops_per_sample: float | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) -> Timed:
+    """Build, prepare, call once (part of preparation), warm up and time the case. Inference times
+    forward calls in inference mode; training times optimizer steps on a copy of the weights."""
+    tech, device, policy = case.tech, torch.device(case.device), setup.timing
+    training = case.mode == TRAINING
+    timed = weights.spec.at_shape(setup.timing_shape)
+    extra: dict[str, Any] = {}
+    with PeakMemory(device) as memory:
+        # weights.build makes a new module from the state dict: training never touches the checkpoint.
+        model, inputs = _build(weights, timed, case.batch_size, device)
+        gen = torch.Generator().manual_seed(SEED)
+        targets = torch.randint(timed.num_classes, (case.batch_size,), generator=gen).to(device)
+        flops_key = (case.model, case.device, case.batch_size, timed.input_shape, case.mode)
+        if flops_key not in setup.flops:
+            # Counted once, on the model before any technique: the work it does, whatever runs it.
+            if training:
+                setup.flops[flops_key], setup.flops_source[flops_key] = cost.count_training_flops(
+                    model, inputs, targets
+                )
+            else:
+                setup.flops[flops_key] = cost.count_flops(model, inputs)
+        if training:
+            extra["flops_counted"] = setup.flops_source.get(flops_key)
+        graphs_before = _dynamo_graphs()
+        started = time.perf_counter()
+        prepared, ctx = apply_technique(tech, model, inputs, weights, timed, case, setup, case.batch_size)
+        args = prepared.inputs
+        if training:
+            from optbench.measure.train_step import train_step
+
+            step = train_step(prepared, device, lr=timed.recipe.lr)
+
+            def call() -> object:
+                loss = step(args, targets)
+                synchronize(device)
+                return loss
+
+            mode: Any = contextlib.nullcontext()
+        else:
+            forward = prepared.forward
+
+            def call() -> object:
+                out = forward(*args)
+                synchronize(device)  # pytest-benchmark's timer does not wait for the GPU
+                return out
+
+            mode = torch.inference_mode()
+        with mode:
+            t1 = time.perf_counter()
+            first_out = call()
+            first_call = time.perf_counter() - t1
+            prepare_s = time.perf_counter() - started
+            graphs = _dynamo_graphs() - graphs_before
+            nonfinite = isinstance(first_out, torch.Tensor) and not bool(torch.isfinite(first_out).all())
+            pilot = warm_up(call, policy)
+            samples = time_fn(call, plan_rounds(pilot, policy), 1)
+        memory.read()
+        params, nonzero = cost.parameter_counts(prepared.module)
+        size, compressed = cost.model_sizes(prepared.module)
+    flops = prepared.flops_per_sample if not training else None
+    flops = flops or setup.flops[flops_key] / case.batch_size
+    return Timed(
+        prepared, ctx, timed, samples, pilot, first_call, prepare_s, graphs, nonfinite, memory,
+        params, nonzero, size, compressed, flops, extra,
+    )  # fmt: skip
+
+
+def timed_columns(case: Case, timed: Timed, policy: TimingPolicy) -> dict[str, Any]:
+    """Speed and cost columns of a timed case (its per-call latency is per step in training)."""
+    stats = latency_stats(timed.samples, policy)
+    throughput = case.batch_size / (stats["latency_ms_median"] / 1e3)
+    prepared, memory, flops = timed.prepared, timed.memory, timed.flops_per_sample
+    columns = {
+        **stats,
+        # The weights decide the timed shape (pretrained weights: their own crop size).
+        "input_shape": timed.spec.input_shape,
+        "resolution": timed.spec.resolution,
+        "seq_len": timed.spec.seq_len,
+        "dtype": prepared.dtype,
+        "api": prepared.api or case.tech.api,
+        "warmup_rounds": len(timed.pilot) + 1,
+        "throughput": throughput,
+        "prepare_s": timed.prepare_s,
+        "prepare_cached": timed.ctx.from_cache,
+        "compiled_graphs": timed.graphs,
+        "first_call_ms": timed.first_call_s * 1e3,
+        "peak_mem_mb": memory.peak_mb,
+        "peak_mem_delta_mb": memory.delta_mb,
+        "mem_source": memory.source,
+        "params": timed.params,
+        "nonzero_params": timed.nonzero,
+        "size_bytes": timed.size,
+        "size_compressed_bytes": timed.compressed,
+        "flops_per_sample": int(flops) if flops else None,
+        "gflops_per_s": flops * throughput / 1e9 if flops else None,
+    }
+    notes = dict(prepared.columns)
+    notes.update({k: v for k, v in timed.extra.items() if v is not None})
+    columns.update(technique_columns(replace(prepared, columns=notes), timed.params, timed.nonzero))
+    return columns
+
+
+def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) -> Measurement:
+    timed = time_case(case, weights, setup, time_fn)
+    prepared, tech, device = timed.prepared, case.tech, torch.device(case.device)
+    measurement = Measurement(
+        columns={}, samples_ms=[s * 1e3 for s in timed.samples], nonfinite=timed.nonfinite
+    )
+    per_shape = None
+    at_eval = weights.eval_spec
+    if weights.task is not None and at_eval is not None:
+        new_shape = at_eval.input_shape != timed.spec.input_shape
+        per_shape = new_shape and (timed.spec.shape_tied or tech.shape_specific)
+        eval_batch = max(case.batch_size, EVAL_BATCH) if new_shape else case.batch_size
+        t2 = time.perf_counter()
+        to_eval = prepared
+        if per_shape:
+            # A prepared object tied to its shape cannot run the held-out split: prepare another
+            # from the same weights, through the same technique, at the evaluation shape.
+            eval_model, eval_inputs = _build(weights, at_eval, eval_batch, device)
+            to_eval = apply_technique(
+                tech, eval_model, eval_inputs, weights, at_eval, case, setup, eval_batch
+            )[0]
+        x, _ = weights.eval_set(setup.eval_limit)
+        with torch.inference_mode():
+            measurement.logits = evaluate(to_eval, x, eval_batch, device)
+            if case.technique == "eager":
+                # Determinism of fp32 itself: a second pass over a few batches is enough to see it.
+                first = x[: 4 * eval_batch]
+                measurement.logits_again = evaluate(to_eval, first, eval_batch, device)
+        measurement.columns["eval_s"] = time.perf_counter() - t2
+        measurement.columns["eval_samples"] = len(measurement.logits)
+        measurement.columns["eval_batch_size"] = eval_batch
+    measurement.columns.update(timed_columns(case, timed, setup.timing))
+    measurement.columns["prepared_per_shape"] = per_shape
+    return measurement
+
+
+def technique_columns(prepared: Prepared, params: int, nonzero: int) -> dict[str, Any]:
+    """The columns a technique reported (unknown names go to technique_notes, as JSON), and the
+    nonzero fraction of the prepared weights."""
+    from optbench.results import TECHNIQUE_COLUMNS
+
+    known = {k: v for k, v in prepared.columns.items() if k in TECHNIQUE_COLUMNS}
+    notes = {k: v for k, v in prepared.columns.items() if k not in known}
+    columns: dict[str, Any] = {**known, "nonzero_fraction": nonzero / params if params else None}
+    if notes:
+        columns["technique_notes"] = json.dumps(notes, sort_keys=True, default=str)
+    return columns

@@ -1,0 +1,467 @@
+"""The pytest plugin: options, profiles, the matrix, fixtures, results files and the summary table.
+
+Registered through the `pytest11` entry point, so any repository with optbench installed can write
+thin benchmark tests that ask for `optbench_case` and hand it to `optbench_run`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optbench.errors import UnknownNameError, UsageProblem
+from optbench.matrix.profiles import get_profile
+from optbench.pytest_plugin.options import DEVICES, add_options, results_dir, selection
+
+_STATE_KEY = pytest.StashKey["Any"]()
+_ERROR_KEY = pytest.StashKey[pytest.UsageError]()
+_FAMILIES = (
+    "baseline",
+    "precision",
+    "layout",
+    "compile",
+    "quantization",
+    "pruning",
+    "training",
+    "data",
+    "stack",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def _wants_benchmarks(config: pytest.Config) -> bool:
+    """True when any optbench option was given, or the paths pytest will collect hold a benchmark
+    test: then every value is checked before the session starts, so a bad one is one line, never
+    a collection error with a traceback."""
+    try:
+        group = config._parser.getgroup("optbench")  # private, but the only list of our options
+    except AttributeError:
+        return True  # validate up front anyway: only costs importing torch
+    if any(config.getoption(o.dest) != o.default for o in group.options):
+        return True
+    return _holds_benchmark_tests([Path(str(a).split("::")[0]) for a in config.args])
+
+
+def _holds_benchmark_tests(paths: list[Path], limit: int = 2000) -> bool:
+    """Whether a test file under `paths` asks for the `optbench_case` fixture (a text search over at
+    most `limit` files: cheap next to importing torch, which only then is needed). Virtual
+    environments and hidden folders are not searched."""
+    seen = 0
+    for path in paths:
+        files = [path] if path.is_file() else path.rglob("*.py") if path.is_dir() else []
+        for file in files:
+            inside = file.relative_to(path).parts if file != path else ()
+            if any(part.startswith(".") or part in ("site-packages", "node_modules") for part in inside):
+                continue
+            seen += 1
+            if seen > limit:
+                # Too big to search: validate lazily instead (an error then surfaces after
+                # collection, still as one line), so an unrelated test suite is never failed here.
+                return False
+            name = file.name
+            if not (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"):
+                continue
+            try:
+                if "optbench_case" in file.read_text(errors="ignore"):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "optbench(mode, models=None, batch_sizes=None): an optbench benchmark test; mode is inference, "
+        "training or data; models and batch_sizes (a tuple, or a dict per profile) are its defaults "
+        "when --models and --batch-sizes are not given",
+    )
+    for family in _FAMILIES:
+        config.addinivalue_line(
+            "markers", f"{family}: optbench cases of the {family} technique family or stacks"
+        )
+    for device in DEVICES:
+        config.addinivalue_line("markers", f"{device}: optbench cases on the {device} device")
+    # torch.compile's structured trace logger logs at DEBUG on every compile; pytest captures it and
+    # printed hundreds of empty "DEBUG torch.__trace" lines under each failed compiled case.
+    logging.getLogger("torch.__trace").propagate = False
+    from optbench.pytest_plugin.project_config import APPLIED, apply_project_config
+
+    try:
+        config.stash[APPLIED] = apply_project_config(config)
+    except UsageProblem as error:
+        raise pytest.UsageError(str(error)) from None
+    # Validate names up front so a typo is a usage error, not a collection error. Without optbench
+    # options nothing is loaded here: plain `pytest tests/` does not pay for importing torch.
+    if _wants_benchmarks(config):
+        config.stash[_STATE_KEY] = {"selection": selection(config)}
+    else:
+        try:
+            get_profile(config.getoption("profile"))
+        except UnknownNameError as error:
+            raise pytest.UsageError(str(error)) from None
+
+
+def _plugin_state(config: pytest.Config) -> dict[str, Any]:
+    if _STATE_KEY not in config.stash:
+        config.stash[_STATE_KEY] = {"selection": selection(config)}
+    return config.stash[_STATE_KEY]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "optbench_case" not in metafunc.fixturenames:
+        return
+    from optbench.matrix.case import build_matrix
+
+    marker = metafunc.definition.get_closest_marker("optbench")
+    mode = (marker.kwargs.get("mode") if marker else None) or "inference"
+    try:
+        chosen = _plugin_state(metafunc.config)["selection"]
+    except pytest.UsageError as error:
+        # Raised here it would be a collection error with a traceback: raise it once collection ends,
+        # where pytest shows a usage error as one line (exit code 4).
+        metafunc.config.stash[_ERROR_KEY] = error
+        metafunc.parametrize("optbench_case", [])
+        return
+    if marker is not None:
+        chosen = chosen.for_test(marker.kwargs.get("models"), marker.kwargs.get("batch_sizes"))
+    cases = build_matrix(chosen, mode)
+    params = [pytest.param(c, id=c.id, marks=_marks(c)) for c in cases]
+    metafunc.parametrize("optbench_case", params)
+
+
+def _marks(case: Any) -> list[pytest.MarkDecorator]:
+    """The device's marker, each technique family's, and `stack` for a stack (`-m "not compile"`
+    also drops stacks that compile)."""
+    names = [case.device, *case.families] + (["stack"] if "+" in case.technique else [])
+    return [getattr(pytest.mark, name) for name in names]
+
+
+def _new_run_id() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def _point_latest(results: Path, run_dir: Path) -> None:
+    latest = results / "latest"
+    tmp = results / f".latest-{os.getpid()}"
+    try:
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        tmp.symlink_to(run_dir.relative_to(results), target_is_directory=True)
+        os.replace(tmp, latest)  # atomic: a reader never sees latest missing
+    except OSError:
+        # No symlinks (some Windows setups): name the run in a file instead.
+        (results / "LATEST").write_text(run_dir.name + "\n")
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m deselect: the shard plan and run.json see what runs
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    if _ERROR_KEY in config.stash:
+        raise config.stash[_ERROR_KEY]
+    if _STATE_KEY not in config.stash:
+        return
+    if not any("optbench_case" in getattr(item, "fixturenames", ()) for item in items):
+        return
+    shard = config.stash[_STATE_KEY]["selection"].shard
+    if shard is not None:
+        _keep_shard(config, items, shard)
+    if config.option.collectonly:
+        return
+    from optbench.measure.ceilings import Ceilings
+    from optbench.measure.data import PipelineConfig
+    from optbench.pytest_plugin.runner import RunState
+    from optbench.results import ResultsWriter
+
+    state = config.stash[_STATE_KEY]
+    profile = get_profile(state["selection"].profile)
+    results = results_dir(config)
+    run_id = config.getoption("run_id") or _new_run_id()
+    run_dir = results / "runs" / run_id
+    try:
+        writer = ResultsWriter(run_dir)
+    except UsageProblem as error:
+        raise pytest.UsageError(str(error)) from None
+    _point_latest(results, run_dir)
+    from optbench.catalog.weights import WeightsProvider
+
+    capture = config.pluginmanager.getplugin("capturemanager")
+    data_dir = config.getoption("data_dir")
+    state["run"] = RunState(
+        run_id=run_id,
+        writer=writer,
+        weights=WeightsProvider(
+            config.getoption("weights"),
+            data_dir=Path(data_dir) if data_dir else None,
+            # Training progress bars must reach the terminal through pytest's output capture.
+            progress_context=capture.global_and_fixture_disabled if capture is not None else None,
+        ),
+        accuracy_floor=config.getoption("accuracy_floor"),
+        record_only=config.getoption("record_accuracy_only"),
+        eval_limit=config.getoption("eval_samples"),
+        calibration_samples=config.getoption("calibration_samples"),
+        converge_steps=_or_profile(config.getoption("converge_steps"), profile.converge_steps),
+        pipeline=PipelineConfig(
+            images=_or_profile(config.getoption("pipeline_images"), profile.pipeline_images),
+            crop=config.getoption("pipeline_crop"),
+            data_dir=Path(config.getoption("pipeline_data")) if config.getoption("pipeline_data") else None,
+        ),
+        timing=profile.timing.with_overrides(
+            config.getoption("time_budget"), config.getoption("target_precision")
+        ),
+        timing_shape=config.getoption("timing_shape"),
+        ceilings=Ceilings(),
+        repo_dir=str(config.rootpath),
+    )
+    state["run_dir"] = run_dir
+    _write_manifest(config, state, run_id, run_dir, items)
+    # pytest-benchmark's own JSON goes beside our tables unless the user asked for it elsewhere.
+    bench_session = getattr(config, "_benchmarksession", None)
+    if bench_session is not None and not getattr(bench_session, "json", None):
+        bench_session.json = run_dir / "benchmark.json"
+
+
+def _cases(items: list[pytest.Item]) -> dict[pytest.Item, Any]:
+    params = ((item, getattr(getattr(item, "callspec", None), "params", {})) for item in items)
+    return {item: p["optbench_case"] for item, p in params if "optbench_case" in p}
+
+
+def _keep_shard(config: pytest.Config, items: list[pytest.Item], shard: Any) -> None:
+    """Keep this shard's groups of cases (and any non-benchmark test), deselect the rest."""
+    from optbench.matrix.shard import plan
+
+    cases = _cases(items)
+    groups: dict[Any, list[str]] = {}
+    for case in cases.values():
+        groups.setdefault(case.group, []).append(case.id)
+    durations = None
+    if config.getoption("shard_durations"):
+        from optbench.results import load
+
+        earlier = load(config.getoption("shard_durations"))
+        durations = dict(zip(earlier["case_id"], earlier["duration_s"].fillna(0.0), strict=True))
+    mine = set(plan(groups, shard.count, durations)[shard.index - 1])
+    config.stash[_STATE_KEY]["matrix_cases"] = len(cases)
+    deselected = [item for item, case in cases.items() if case.group not in mine]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        gone = set(deselected)
+        items[:] = [item for item in items if item not in gone]
+
+
+def _write_manifest(
+    config: pytest.Config, state: dict[str, Any], run_id: str, run_dir: Path, items: list[pytest.Item]
+) -> None:
+    from dataclasses import asdict
+
+    from optbench.catalog.machine import git_sha, machine_info
+    from optbench.results.manifest import Manifest
+
+    chosen = state["selection"]
+    selection = {k: v for k, v in asdict(chosen).items() if k not in ("shard", "models_given")}
+    options = (
+        "timing_shape", "time_budget", "target_precision", "eval_samples", "accuracy_floor",
+        "calibration_samples", "converge_steps", "pipeline_data", "pipeline_images", "pipeline_crop",
+        "data_dir", "record_accuracy_only", "keyword", "markexpr",
+    )  # fmt: skip
+    settings = {name: getattr(config.option, name, None) for name in options}
+    cases = [case.id for case in _cases(items).values()]
+    info = machine_info()
+    Manifest(
+        run_id=run_id,
+        git_sha=git_sha(str(config.rootpath)),
+        config={**selection, **settings},
+        cases=cases,
+        matrix_cases=state.get("matrix_cases", len(cases)),
+        shard=str(chosen.shard) if chosen.shard is not None else None,
+        machine_fingerprint=info["fingerprint"],
+        versions={k: info[k] for k in ("torch", "torchvision", "python")},
+    ).write(run_dir)
+
+
+def _or_profile(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _warn_weak_model(row: dict[str, Any], warned: set[str]) -> None:
+    """Once per run and model: its trained weights stopped below their recipe's target."""
+    if row.get("below_target") and row["model"] not in warned:
+        import warnings
+
+        from optbench.report.summary import weak_model_warning
+
+        warned.add(row["model"])
+        warnings.warn(weak_model_warning(row["model"], row["trained_top1"], row["target_top1"]), stacklevel=1)
+
+
+def _ab_pacer(config: pytest.Config) -> Any:
+    """Under `optbench ab`, the lockstep plugin's slicer for the running step (None otherwise): the
+    timer pauses between slices of its rounds while the other side times the same case."""
+    lockstep = config.pluginmanager.get_plugin("optbench_lockstep")
+    current = getattr(lockstep, "current_slicer", None)
+    return current() if callable(current) else None
+
+
+@pytest.fixture
+def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[Any], dict[str, Any]]:
+    """Measure a case, record its row, and turn skip and failure into pytest outcomes."""
+    from optbench.pytest_plugin.runner import CaseFailed, CaseRunner, plain_timer, pytest_benchmark_timer
+
+    state = request.config.stash[_STATE_KEY]["run"]
+    warned: set[str] = request.config.stash[_STATE_KEY].setdefault("weak_models_warned", set())
+    test = request.node.originalname.removeprefix("test_")
+
+    def run(case: Any) -> dict[str, Any]:
+        benchmark.group = f"{case.model} {case.device} bs{case.batch_size}"
+        pacer = _ab_pacer(request.config)
+        if getattr(benchmark, "disabled", False):
+            time_fn = None if pacer is None else functools.partial(plain_timer, pacer=pacer)
+        else:
+            time_fn = pytest_benchmark_timer(benchmark, pacer)
+        try:
+            row = CaseRunner(state).run(case, test=test, time_fn=time_fn)
+        except CaseFailed:
+            row = state.rows[-1]
+            _warn_weak_model(row, warned)
+            pytest.fail(f"{row['case_id']}: {row['status']}: {row['reason']}", pytrace=False)
+        _warn_weak_model(row, warned)
+        if row["status"] == "skipped":
+            pytest.skip(row["reason"])
+        if row["status"] != "passed":  # an accuracy status, recorded only (--record-accuracy-only)
+            import warnings
+
+            warnings.warn(f"{row['case_id']}: {row['status']}: {row['reason']}", stacklevel=1)
+        benchmark.extra_info.update(
+            {
+                k: row.get(k)
+                for k in (
+                    "model",
+                    "technique",
+                    "device",
+                    "batch_size",
+                    "input_shape",
+                    "eval_input_shape",
+                    "dtype",
+                    "speedup",
+                    "speedup_ci95_low",
+                    "speedup_ci95_high",
+                    "pct_of_peak",
+                    "throughput",
+                    "prepare_s",
+                    "peak_mem_mb",
+                    "size_bytes",
+                )
+            }
+        )
+        return row
+
+    return run
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(_STATE_KEY, {})
+    run = state.get("run")
+    if run is not None:
+        run.writer.close()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """--optbench-compare: gate the finished run against the baseline; a regression fails the session."""
+    config = session.config
+    state = config.stash.get(_STATE_KEY, {}) if hasattr(config, "stash") else {}
+    baseline = config.getoption("optbench_compare", None)
+    run = state.get("run")
+    if baseline is None or run is None or not run.rows:
+        return
+    from optbench.gate.config import load_gate_config
+    from optbench.gate.render import markdown, verdicts_json
+    from optbench.gate.verdicts import (
+        apply_confirmation,
+        asked_for,
+        compare,
+        failed,
+        nothing_gated,
+        to_confirm,
+    )
+    from optbench.results import load
+    from optbench.results.manifest import manifest_near
+
+    try:  # the baseline was read when the run started; it may have changed since
+        base, head = load(baseline), load(state["run_dir"])
+        gate_config = load_gate_config(config.rootpath / "pyproject.toml")
+    except (FileNotFoundError, UsageProblem) as error:
+        _gate_input_error(session, state, str(error))
+        return
+    asked = asked_for(manifest_near(baseline), manifest_near(state["run_dir"]))
+    verdicts = compare(base, head, gate_config, asked)
+    empty = nothing_gated(verdicts)
+    if empty:  # never a pass: the run's rows stay, the gate says why it could not judge
+        _gate_input_error(session, state, empty)
+        return
+    order = to_confirm(verdicts)
+    budget = config.getoption("gate_confirm_budget", 0.0) or 0.0
+    if order and budget > 0:
+        from optbench.pytest_plugin.remeasure import remeasure
+
+        cases = {
+            case.id: (case, item.originalname.removeprefix("test_"))
+            for item, case in _cases(session.items).items()
+        }
+        folder, measured = remeasure(run, cases, order, state["run_dir"], budget)
+        if measured:
+            apply_confirmation(verdicts, compare(base, load(folder), gate_config), measured)
+    text = markdown(verdicts, base, head)
+    (state["run_dir"] / "gate.md").write_text(text, encoding="utf-8")
+    (state["run_dir"] / "gate.json").write_text(verdicts_json(verdicts), encoding="utf-8")
+    state["gate"] = text
+    if failed(verdicts) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _gate_input_error(session: pytest.Session, state: dict[str, Any], message: str) -> None:
+    """--optbench-compare could not judge the run: one line at the end, pytest's usage-error code."""
+    state["gate_error"] = f"optbench gate: error: --optbench-compare: {message}"
+    session.exitstatus = pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables, so ours is the last thing shown
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE_KEY, {}) if hasattr(config, "stash") else {}
+    run = state.get("run")
+    if run is None or not run.rows:
+        return
+    import pandas as pd
+
+    from optbench.report.summary import run_summary
+
+    terminalreporter.write_sep("=", "optbench: speedup vs eager fp32 (median latency ms)")
+    frame = pd.DataFrame(run.rows)
+    terminalreporter.write_line(run_summary(frame))
+    terminalreporter.write_line("")
+    from optbench.report.claims import claims_markdown, claims_table
+
+    (state["run_dir"] / "claims.md").write_text(claims_markdown(frame), encoding="utf-8")
+    terminalreporter.write_line("")
+    terminalreporter.write_line(claims_table(frame).rstrip("\n"))
+    terminalreporter.write_line("")
+    terminalreporter.write_line(f"full table: {state['run_dir'] / 'results.csv'}  ({len(run.rows)} rows)")
+    terminalreporter.write_line(f"claims: {state['run_dir'] / 'claims.md'}")
+    if state.get("gate_error"):
+        terminalreporter.write_line("")
+        terminalreporter.write_line(state["gate_error"], red=True)
+    if state.get("gate"):
+        terminalreporter.write_line("")
+        terminalreporter.write_line(state["gate"].rstrip("\n"))
+        terminalreporter.write_line(f"gate: {state['run_dir'] / 'gate.md'}, {state['run_dir'] / 'gate.json'}")

@@ -1,0 +1,300 @@
+"""Runs one Case end to end and records its row: weights, measurement, accuracy verdict, speedup
+against the group's eager case (with its interval) and distance from the machine's ceiling.
+
+Timing goes through pytest-benchmark when the caller hands over its fixture; an eager reference
+measured on demand (its case was deselected) uses the same loop without it.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from optbench.catalog.techniques.base import DATA, TRAINING, NotApplicable
+from optbench.catalog.weights import WeightsProvider
+from optbench.matrix.case import BASELINE, Case
+from optbench.matrix.profiles import TimingPolicy
+from optbench.measure.ceilings import Ceilings
+from optbench.measure.floor import ACCURACY_STATUSES, Reference, judge
+from optbench.measure.identity import identity, now
+from optbench.measure.inference import Setup, TimeFn, measure_case
+from optbench.measure.reference import reference_ms
+from optbench.measure.timing import Pacer, before_rounds, paced_rounds, time_calls
+from optbench.results import ResultsWriter
+from optbench.results.derive import speedup_interval
+
+__all__ = [
+    "ACCURACY_STATUSES",
+    "CaseFailed",
+    "CaseRunner",
+    "RunState",
+    "plain_timer",
+    "pytest_benchmark_timer",
+]
+
+
+def plain_timer(
+    call: Callable[[], object], rounds: int, warmup: int, *, paced: bool = True, pacer: Pacer | None = None
+) -> list[float]:
+    pacer = pacer if paced else None
+    for _ in range(warmup):
+        call()
+    rounds = paced_rounds(rounds, pacer)
+    return time_calls(call, rounds, before_rounds(call, rounds, pacer))
+
+
+def pytest_benchmark_timer(benchmark: Any, pacer: Pacer | None = None) -> TimeFn:
+    """Time through pytest-benchmark's pedantic mode so its JSON, tables and comparisons see the case;
+    a pacer (`optbench ab`) gets the machine handed over between rounds, untimed."""
+
+    def run(call: Callable[[], object], rounds: int, warmup: int, *, paced: bool = True) -> list[float]:
+        rounds = paced_rounds(rounds, pacer if paced else None)
+        before = before_rounds(call, rounds, pacer if paced else None)
+        if before is None:
+            benchmark.pedantic(call, rounds=rounds, warmup_rounds=warmup, iterations=1)
+        else:
+            for _ in range(warmup):  # pedantic's setup also precedes warm-up rounds: warm up here
+                call()
+            benchmark.pedantic(call, rounds=rounds, iterations=1, setup=before)
+        return list(benchmark.stats.stats.data)
+
+    return run
+
+
+class CaseFailed(Exception):
+    """The case ran and failed; its row is written. Message: the row's reason."""
+
+
+@dataclass
+class RunState:
+    """What the cases of one run share."""
+
+    run_id: str
+    writer: ResultsWriter
+    timing: TimingPolicy
+    weights: WeightsProvider = field(default_factory=lambda: WeightsProvider("random"))
+    timing_shape: str = "deploy"
+    """Time at the deployment shape (default) or at the task shape."""
+    accuracy_floor: float = 0.99
+    """fail_accuracy below this fraction of the fp32 top-1 (MLPerf uses 0.99 and 0.999)."""
+    record_only: bool = False
+    """Record accuracy statuses without failing the pytest case."""
+    eval_limit: int | None = None
+    """Evaluate on the first N held-out samples only (None: all of them)."""
+    calibration_samples: int = 256
+    """Training samples static quantization calibrates on."""
+    ceilings: Ceilings | None = None
+    """The machine's measured ceilings, for pct_of_peak (None: not measured)."""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    baselines: dict[tuple[str, str, str, int], dict[str, Any]] = field(default_factory=dict)
+    references: dict[tuple[str, str, str, int], Reference] = field(default_factory=dict)
+    reference_attempts: set[tuple[str, str, str, int]] = field(default_factory=set)
+    repo_dir: str | None = None
+    flops: dict[tuple[str, str, int, str, str], int] = field(default_factory=dict)
+    flops_source: dict[tuple[str, str, int, str, str], str] = field(default_factory=dict)
+    converge_steps: int = 0
+    """Training mode: steps of each case's short seeded training (0: none)."""
+    pipeline: Any = None
+    """Data mode: the PipelineConfig (dataset, images, crop) every data case reads."""
+
+    @property
+    def setup(self) -> Setup:
+        """What measuring one case needs from the run (read fresh: tests change the state's fields)."""
+        weights = self.weights
+
+        def context(**kwargs: Any) -> Any:
+            from optbench.catalog.techniques import TechniqueContext
+
+            return TechniqueContext(
+                **kwargs,
+                cache_root=weights.cache_root,
+                progress_context=weights.show_progress,
+                show_progress=weights.progress,
+                calibration_samples=self.calibration_samples,
+            )
+
+        return Setup(
+            self.timing,
+            self.timing_shape,
+            self.eval_limit,
+            self.flops,
+            self.flops_source,
+            converge_steps=self.converge_steps,
+            context=context,
+        )
+
+    def record(self, row: dict[str, Any]) -> None:
+        self.writer.append(row)
+        self.rows.append(row)
+
+
+def training_columns(record: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """How well trained weights learned their task: every row of a weak model says so."""
+    if "top1" not in record:
+        return {}
+    return {
+        "trained_top1": record["top1"],
+        "target_top1": spec.recipe.target_top1,
+        "below_target": not record["reached_target"],
+    }
+
+
+def _is_oom(error: BaseException) -> bool:
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
+
+
+def describe_error(error: BaseException) -> str:
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {message}"[:500]
+
+
+class CaseRunner:
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+
+    def run(self, case: Case, test: str = "inference", time_fn: TimeFn | None = None) -> dict[str, Any]:
+        """Measure `case` and record its row. Raises CaseFailed (after recording) when it fails."""
+        if case.skip_reason:
+            row = {**self._identity(case, test, True), "status": "skipped", "reason": case.skip_reason}
+            row["timestamp"] = now()
+            self.state.record(row)
+            return row
+        if case.technique != BASELINE and case.group not in self.state.reference_attempts:
+            # Speedup needs the eager baseline from this run; measure it if the user deselected it.
+            self._measure(case.baseline(), test, plain_timer, selected=False)
+        row = self._measure(case, test, time_fn or plain_timer, selected=True)
+        if row["status"] not in ("passed", "skipped") and not (
+            self.state.record_only and row["status"] in ACCURACY_STATUSES
+        ):
+            raise CaseFailed(row["reason"])
+        return row
+
+    def _identity(self, case: Case, test: str, selected: bool) -> dict[str, Any]:
+        state = self.state
+        timed = case.spec.at_shape(state.timing_shape)
+        eval_shape = None if case.mode == DATA else state.weights.eval_shape(case.spec)
+        return identity(case, state.run_id, test, selected, timed, eval_shape, state.repo_dir)
+
+    def _measure(self, case: Case, test: str, time_fn: TimeFn, selected: bool) -> dict[str, Any]:
+        state = self.state
+        if case.technique == BASELINE:
+            state.reference_attempts.add(case.group)  # measured once per group, even if it fails
+        started = time.perf_counter()
+        row = self._identity(case, test, selected)
+        trace = None
+        try:
+            row["status"] = "passed"
+            if case.mode == DATA:
+                self._data(case, row, time_fn)
+            else:
+                weights = state.weights.get(case.spec)
+                row["weights"] = state.weights.choice
+                row["weights_source"] = weights.source
+                row.update(training_columns(weights.record, case.spec))
+                measure = self._training if case.mode == TRAINING else self._inference
+                measure(case, row, weights, time_fn)
+        except NotApplicable as why:  # the technique saw the case and does not apply to it
+            row["status"], row["reason"] = "skipped", str(why)
+        except Exception as error:  # a failing technique is a failed row; the run goes on
+            row["status"] = "oom" if _is_oom(error) else "failed"
+            row["reason"] = describe_error(error)
+            trace = traceback.format_exc()
+        finally:
+            gc.collect()
+            if case.device == "cuda" and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        # Before the peak columns: the first row would otherwise hold the machine's one-time ceiling
+        # measurement (tens of seconds) in its own duration.
+        row["duration_s"] = time.perf_counter() - started
+        if "latency_ms_median" in row and row["status"] not in ("failed", "oom"):
+            row["reference_ms"] = reference_ms(case.device)
+            self._add_speedup(case, row)
+            self._add_peak(case, row)
+        row["timestamp"] = now()
+        state.record(row)
+        if trace:
+            row["error_trace"] = trace  # for the test's failure message only, not the table
+        return row
+
+    def _inference(self, case: Case, row: dict[str, Any], weights: Any, time_fn: TimeFn) -> None:
+        state = self.state
+        measured = measure_case(case, weights, state.setup, time_fn)
+        row.update(measured.columns)
+        row["samples_ms"] = measured.samples_ms
+        labels = weights.eval_set(state.eval_limit)[1] if measured.logits is not None else None
+        row.update(self._judge(case, measured.logits, measured.logits_again, labels, measured.nonfinite))
+
+    def _training(self, case: Case, row: dict[str, Any], weights: Any, time_fn: TimeFn) -> None:
+        from optbench.measure.convergence import verdict
+        from optbench.measure.training import measure_training
+
+        measured = measure_training(case, weights, self.state.setup, time_fn)
+        row.update(measured.columns)
+        row["samples_ms"] = measured.samples_ms
+        if measured.nonfinite:
+            row.update(status="nan_output", reason="the first training step's loss is not finite")
+            return
+        base = row if case.technique == BASELINE else self.state.baselines.get(case.group)
+        row.update(verdict(row, base, case.spec.num_classes))
+
+    def _data(self, case: Case, row: dict[str, Any], time_fn: TimeFn) -> None:
+        from optbench.measure.data import PipelineConfig, measure_pipeline
+
+        config = self.state.pipeline or PipelineConfig()
+        row.update(measure_pipeline(case, config, time_fn, self.state.timing).columns)
+
+    def _judge(
+        self,
+        case: Case,
+        logits: torch.Tensor | None,
+        again: torch.Tensor | None,
+        labels: torch.Tensor | None,
+        nonfinite: bool,
+    ) -> dict[str, Any]:
+        from optbench.measure import accuracy
+
+        state = self.state
+        columns: dict[str, Any] = {}
+        if case.technique == BASELINE and logits is not None and again is not None and not nonfinite:
+            deterministic = accuracy.baseline_is_deterministic(logits[: len(again)], again)
+            state.references[case.group] = Reference(logits, deterministic)
+            if not deterministic:
+                columns = {
+                    "status": "nondeterministic_baseline",
+                    "reason": "eager fp32 gave different outputs for the same inputs twice",
+                }
+        # Eager compared with itself never fails accuracy, so its determinism status stands alone.
+        verdict = judge(logits, labels, nonfinite, state.references.get(case.group), state.accuracy_floor)
+        return {**verdict, **columns}
+
+    def _add_speedup(self, case: Case, row: dict[str, Any]) -> None:
+        if case.technique == BASELINE:
+            self.state.baselines[case.group] = row
+        base = self.state.baselines.get(case.group)
+        if base is None:
+            return
+        row["baseline_case_id"] = base["case_id"]
+        row["baseline_latency_ms"] = base["latency_ms_median"]
+        if base.get("peak_mem_delta_mb") and row.get("peak_mem_delta_mb") is not None:
+            row["peak_mem_vs_fp32"] = row["peak_mem_delta_mb"] / base["peak_mem_delta_mb"]
+        if base.get("size_compressed_bytes") and row.get("size_compressed_bytes"):
+            row["size_reduction"] = 100 * (1 - row["size_compressed_bytes"] / base["size_compressed_bytes"])
+        if base is row:
+            row["speedup"] = row["speedup_ci95_low"] = row["speedup_ci95_high"] = 1.0
+            return
+        # Data cases: an epoch's time is what a pipeline changes, stalls included: compare means.
+        statistic = "mean" if case.mode == DATA else "median"
+        row["speedup"] = base[f"latency_ms_{statistic}"] / row[f"latency_ms_{statistic}"]
+        row["speedup_ci95_low"], row["speedup_ci95_high"] = speedup_interval(
+            base["samples_ms"], row["samples_ms"], statistic
+        )
+
+    def _add_peak(self, case: Case, row: dict[str, Any]) -> None:
+        if self.state.ceilings is not None:
+            row.update(self.state.ceilings.columns(case.device, row["dtype"], row.get("gflops_per_s")))

@@ -1,0 +1,90 @@
+"""Speedup and its uncertainty, from the raw per-call samples of a case and its eager baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+SEED = 0
+
+
+def _ratio_of_medians(base: np.ndarray, case: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(base, axis=axis) / np.median(case, axis=axis)
+
+
+def _ratio_of_means(base: np.ndarray, case: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(base, axis=axis) / np.mean(case, axis=axis)
+
+
+def speedup_interval(
+    base_ms: Sequence[float], case_ms: Sequence[float], statistic: str = "median"
+) -> tuple[float, float]:
+    """95% bootstrap interval (percentile, seeded) of median(base) / median(case), or of the ratio of
+    means with statistic="mean".
+
+    The two cases are resampled independently: they were timed one after the other, not paired."""
+    base, case = np.asarray(base_ms, dtype=float), np.asarray(case_ms, dtype=float)
+    if len(base) < 2 or len(case) < 2:
+        return float("nan"), float("nan")
+    result = stats.bootstrap(
+        (base, case),
+        _ratio_of_means if statistic == "mean" else _ratio_of_medians,
+        n_resamples=RESAMPLES,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        vectorized=True,
+        paired=False,
+        rng=np.random.default_rng(SEED),
+    )
+    ci = result.confidence_interval
+    return float(ci.low), float(ci.high)
+
+
+def clear_difference(low: float | None, high: float | None) -> bool | None:
+    """False when the interval contains 1.0 (no clear difference from eager fp32); None if unknown."""
+    if low is None or high is None or np.isnan(low) or np.isnan(high):
+        return None
+    return not (low <= 1.0 <= high)
+
+
+class _Precision(Protocol):
+    """What latency_stats reads of a TimingPolicy (optbench.matrix.profiles)."""
+
+    target_rel_ci: float
+    noisy_rel_iqr: float
+
+
+def median_rel_ci95(samples_s: np.ndarray) -> float:
+    """Half-width of the distribution-free 95% CI of the median, relative to the median (NaN under ~6 samples)."""
+    med = float(np.median(samples_s))
+    if len(samples_s) < 6 or med <= 0:
+        return float("nan")
+    ci = stats.quantile_test(samples_s, q=med, p=0.5).confidence_interval(0.95)
+    return float((ci.high - ci.low) / 2 / med)
+
+
+def latency_stats(samples_s: list[float], policy: _Precision) -> dict[str, float | int | bool]:
+    """The latency columns of a row, in milliseconds, from per-call samples in seconds."""
+    x = np.asarray(samples_s, dtype=float)
+    q25, q50, q75, p90, p99 = np.percentile(x, [25, 50, 75, 90, 99])
+    rel_ci = median_rel_ci95(x)
+    rel_iqr = (q75 - q25) / q50 if q50 > 0 else float("inf")
+    return {
+        "latency_ms_min": float(x.min() * 1e3),
+        "latency_ms_median": float(q50 * 1e3),
+        "latency_ms_mean": float(x.mean() * 1e3),
+        "latency_ms_stddev": float(x.std(ddof=1) * 1e3) if len(x) > 1 else 0.0,
+        "latency_ms_iqr": float((q75 - q25) * 1e3),
+        "latency_ms_p90": float(p90 * 1e3),
+        "latency_ms_p99": float(p99 * 1e3),
+        "rounds": len(x),
+        "rel_ci95": rel_ci,
+        # NaN (too few rounds for a 95% interval) counts as not met.
+        "precision_met": bool(rel_ci <= policy.target_rel_ci),
+        "noisy": bool(rel_iqr > policy.noisy_rel_iqr),
+    }

@@ -1,0 +1,71 @@
+"""run.json: what a run was asked to measure, where and with which code, written when it starts, so a
+sharded run's parts can be checked against each other before they are merged. No torch."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optbench.results import SCHEMA_VERSION
+
+MANIFEST = "run.json"
+
+
+@dataclass
+class Manifest:
+    run_id: str
+    git_sha: str
+    config: dict[str, Any]
+    """Everything that decides which cases run and how (selection, profile, timing options)."""
+    cases: list[str]
+    """The case ids this run holds (its shard's, when sharded)."""
+    matrix_cases: int
+    """Cases in the whole matrix (all shards together)."""
+    shard: str | None = None
+    """'K/N' when this run is part K of N, else None."""
+    machine_fingerprint: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    merged_from: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+    """The results format's version (optbench.results.SCHEMA_VERSION) this run was written in."""
+
+    def write(self, run_dir: Path) -> None:
+        (run_dir / MANIFEST).write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def read(cls, run_dir: Path) -> Manifest:
+        from optbench.errors import UsageProblem
+
+        path = run_dir / MANIFEST
+        try:
+            data = json.loads(path.read_text())
+            version = data.get("schema_version", 1)  # first: a newer format may lack what this one needs
+            if not isinstance(version, int):
+                raise ValueError(f"schema_version {version!r} is not a whole number")
+            if version > SCHEMA_VERSION:
+                raise UsageProblem(
+                    f"{path} was written by a newer optbench (results schema {version}; this one reads "
+                    f"up to {SCHEMA_VERSION}): upgrade optbench to read it"
+                )
+            manifest = cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        except FileNotFoundError:
+            raise UsageProblem(f"{run_dir} has no {MANIFEST}: not an optbench run folder") from None
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            raise UsageProblem(f"{path} is not a run manifest optbench can read: {error}") from None
+        except OSError as error:
+            raise UsageProblem(f"cannot read {path}: {error.strerror or error}") from None
+        return manifest
+
+
+def manifest_near(path: str | Path) -> Manifest | None:
+    """The manifest of the run whose results are at `path` (a run folder or a results file), or None
+    when there is none or it cannot be read (a results file copied alone)."""
+    from optbench.errors import UsageProblem
+    from optbench.results import resolve
+
+    try:
+        return Manifest.read(resolve(path).parent)
+    except (FileNotFoundError, UsageProblem):
+        return None
