@@ -16,8 +16,9 @@ from torch import nn
 from optbench.catalog.checkpoint_training import recalibrate_batchnorm
 from optbench.catalog.techniques import Prepared
 from optbench.measure.train_step import train_step
+from optbench.results.schema import Status
 
-DIVERGED = "diverged"
+DIVERGED = Status.DIVERGED
 CHANCE_MARGIN = 0.05
 """Top-1 within this of chance (1 / classes) counts as having learned nothing."""
 LAST_LOSSES = 10

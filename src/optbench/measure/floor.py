@@ -8,8 +8,14 @@ from typing import Any
 import torch
 
 from optbench.measure import accuracy
+from optbench.results.schema import Status
 
-ACCURACY_STATUSES = ("fail_accuracy", "nan_output", "nondeterministic_baseline", "diverged")
+ACCURACY_STATUSES = (
+    Status.FAIL_ACCURACY,
+    Status.NAN_OUTPUT,
+    Status.NONDETERMINISTIC_BASELINE,
+    Status.DIVERGED,
+)
 """Statuses about the numbers a model computes; `--record-accuracy-only` keeps them from failing."""
 
 
@@ -33,7 +39,7 @@ def judge(
     `reference` is the group's eager fp32 logits (None for the eager case itself, whose own
     determinism the caller has judged)."""
     if nonfinite or (logits is not None and accuracy.has_nonfinite(logits)):
-        return {"status": "nan_output", "reason": "the model's outputs contain NaN or inf"}
+        return {"status": Status.NAN_OUTPUT, "reason": "the model's outputs contain NaN or inf"}
     if logits is None or labels is None:
         return {}
     columns: dict[str, Any] = {
@@ -54,7 +60,7 @@ def judge(
         **accuracy.fidelity(logits, ref_logits),
     )
     if not accuracy.accuracy_ok(top1, ref_top1, floor):
-        columns["status"] = "fail_accuracy"
+        columns["status"] = Status.FAIL_ACCURACY
         columns["reason"] = (
             f"top-1 {top1:.4f} is below {floor:g} x fp32 top-1 {ref_top1:.4f} "
             f"(delta {columns['top1_delta']:+.4f}, agreement with fp32 {columns['agreement']:.4f})"

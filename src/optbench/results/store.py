@@ -1,0 +1,156 @@
+"""Run folders on disk: rows appended to results.csv and results.jsonl as the run goes, read back as a
+typed pandas frame. Every column's type comes from the schema (optbench.results.schema). No torch."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from optbench.results.schema import COLUMN_NAMES, COLUMNS, DTYPES, JSON_ONLY, SCHEMA_VERSION, typed
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return value
+
+
+class ResultsWriter:
+    """Appends rows to results.csv and results.jsonl in a run folder, flushing after each row so an
+    interrupted run keeps every finished case."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.csv_path = self.run_dir / "results.csv"
+        self.jsonl_path = self.run_dir / "results.jsonl"
+        new = not self.csv_path.exists()
+        if not new:  # appending (the same --run-id again): only to a table of the same columns
+            with self.csv_path.open(encoding="utf-8", newline="") as existing:
+                header = next(csv.reader(existing), [])
+            if header and header != list(COLUMN_NAMES):
+                from optbench.errors import UsageProblem
+
+                raise UsageProblem(
+                    f"{self.csv_path} has other columns (written by another optbench version): "
+                    "rows cannot be added to it; use another --run-id"
+                )
+        self._csv_file = self.csv_path.open("a", newline="", encoding="utf-8")
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=COLUMN_NAMES, extrasaction="ignore")
+        if new:
+            self._csv.writeheader()
+            self._csv_file.flush()
+        self._jsonl_file = self.jsonl_path.open("a", encoding="utf-8")
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        unknown = set(row) - set(COLUMN_NAMES) - set(JSON_ONLY)
+        if unknown:
+            raise KeyError(f"row has undocumented columns: {sorted(unknown)}")
+        full = {name: typed(name, _clean(row.get(name))) for name in (*COLUMN_NAMES, *JSON_ONLY)}
+        full["schema_version"] = SCHEMA_VERSION
+        self._csv.writerow({k: ("" if v is None else v) for k, v in full.items()})
+        self._csv_file.flush()
+        self._jsonl_file.write(json.dumps(full) + "\n")
+        self._jsonl_file.flush()
+
+    def close(self) -> None:
+        self._csv_file.close()
+        self._jsonl_file.close()
+
+
+def resolve(path: str | os.PathLike[str]) -> Path:
+    """A run folder, `results/latest`, or a results.csv/.jsonl file -> the file to read."""
+    p = Path(path)
+    if p.is_dir():
+        for name in ("results.jsonl", "results.csv"):
+            if (p / name).exists():
+                return p / name
+        raise FileNotFoundError(f"no results.csv or results.jsonl in {p}")
+    if not p.exists():
+        raise FileNotFoundError(f"no such results file or folder: {p}")
+    return p
+
+
+def _read(file: Path) -> pd.DataFrame:
+    """The rows of one results file; a file that is empty, truncated, corrupt or not optbench's is a
+    UsageProblem naming it (one line), never a parser traceback."""
+    from optbench.errors import UsageProblem
+
+    try:
+        size = file.stat().st_size
+        if file.is_dir():
+            raise IsADirectoryError(21, "is a folder, not a file")
+    except OSError as error:
+        raise UsageProblem(f"cannot read {file}: {error.strerror or error}") from None
+    if size == 0:
+        raise UsageProblem(f"{file} is empty: no rows to read (the run wrote nothing yet?)")
+    try:
+        if file.suffix == ".jsonl":
+            rows = []
+            with file.open(encoding="utf-8") as lines:
+                for number, line in enumerate(lines, 1):
+                    if line.strip():
+                        try:
+                            rows.append(json.loads(line))
+                        except ValueError:
+                            raise UsageProblem(
+                                f"{file} line {number} is truncated or corrupt; the other rows are intact "
+                                "(read results.csv beside it, or remove that line)"
+                            ) from None
+            frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=[*COLUMN_NAMES, *JSON_ONLY])
+        else:
+            frame = pd.read_csv(file, keep_default_na=True)
+    except UsageProblem:
+        raise
+    except OSError as error:  # unreadable (permissions, a folder where the file should be, I/O)
+        raise UsageProblem(f"cannot read {file}: {error.strerror or error}") from None
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UsageProblem(f"{file} is not a results file optbench can read: {message}") from None
+    if "case_id" not in frame.columns:
+        raise UsageProblem(f"{file} is not an optbench results file: it has no case_id column")
+    if "schema_version" in frame.columns:
+        versions = pd.to_numeric(frame["schema_version"], errors="coerce")
+        newest = versions.max()
+        if pd.notna(newest) and newest > SCHEMA_VERSION:
+            raise UsageProblem(
+                f"{file} was written by a newer optbench (results schema {newest:g}; this one reads up "
+                f"to {SCHEMA_VERSION}): upgrade optbench to read it"
+            )
+    return frame
+
+
+def load(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read one run's rows (a run folder, `results/latest`, results.csv or results.jsonl) as a DataFrame.
+
+    From JSONL the frame also has `samples_ms`, the raw per-round latencies."""
+    file = resolve(path)
+    frame = _read(file)
+    missing = [name for name in COLUMN_NAMES if name not in frame.columns]
+    if missing:  # all at once: one column at a time fragments the frame (pandas warns)
+        frame = pd.concat(
+            [frame, pd.DataFrame(pd.NA, index=frame.index, columns=missing, dtype=object)], axis=1
+        )
+    for column in COLUMNS:  # the schema's dtypes, whatever the file's format made of them
+        frame[column.name] = _as_dtype(frame[column.name], column.dtype)
+    extra = [c for c in frame.columns if c not in COLUMN_NAMES]
+    return frame[[*COLUMN_NAMES, *extra]]
+
+
+def _as_dtype(values: pd.Series, dtype: str) -> pd.Series:
+    if dtype == "int":
+        return pd.to_numeric(values, errors="coerce").astype("Int64")
+    if dtype == "float":
+        return pd.to_numeric(values, errors="coerce").astype("float64")
+    if dtype == "bool":
+        return values.map(
+            lambda v: pd.NA if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) == "True"
+        ).astype(DTYPES["bool"])
+    return values
