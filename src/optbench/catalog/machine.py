@@ -1,4 +1,5 @@
-"""Context recorded with every row: versions, threads, machine fingerprint, git sha."""
+"""Context recorded with every row: versions, threads, the hardware (CPU capability and ISA flags, GPU
+compute capability), the machine fingerprint, git sha. Anything that cannot be read is "unknown"."""
 
 from __future__ import annotations
 
@@ -20,6 +21,51 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+UNKNOWN = "unknown"
+ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
+"""The /proc/cpuinfo flags that decide which CPU kernels run: AVX-512, VNNI (int8 dot products), native
+bf16, AMX. Machines of one kind can differ in them (AVX2-only Zen 3 beside AVX-512 Zen 4)."""
+
+
+def _cpuinfo_field(name: str) -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == name:
+                return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+@cache
+def cpu_isa() -> str:
+    """The ISA flags of ISA_FLAGS this CPU has, space-separated ('' for none), or 'unknown'."""
+    flags = _cpuinfo_field("flags")
+    if flags is None:
+        return UNKNOWN
+    have = set(flags.split())
+    return " ".join(f for f in ISA_FLAGS if f in have)
+
+
+@cache
+def cpu_id() -> str:
+    """'family/model/stepping' from /proc/cpuinfo, or 'unknown'."""
+    parts = [_cpuinfo_field(k) for k in ("cpu family", "model", "stepping")]
+    return "/".join(parts) if all(parts) else UNKNOWN  # type: ignore[arg-type]
+
+
+@cache
+def cpu_capability() -> str:
+    """The CPU capability torch dispatches its kernels for (AVX2, AVX512, ...), or 'unknown'."""
+    try:
+        import torch
+
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # an old torch, or a platform it does not know
+        return UNKNOWN
 
 
 def _version(package: str) -> str:
@@ -47,6 +93,25 @@ def _total_memory_gb() -> float:
         return 0.0
 
 
+FINGERPRINTED = (
+    "cpu",
+    "cores",
+    "memory_gb",
+    "cuda_device",
+    "cuda_capability",
+    "cpu_capability",
+    "cpu_isa",
+    "cpu_id",
+)
+"""What makes two machines alike. The ISA is in: two CPUs both named "AMD EPYC" may run different
+kernels (AVX2 against AVX-512), so their ceilings, checkpoints and absolute latencies differ."""
+
+
+def fingerprint(info: dict[str, str]) -> str:
+    """A short hash of the FINGERPRINTED facts of `info` (machine_info's keys)."""
+    return hashlib.sha256("|".join(info.get(k, "") for k in FINGERPRINTED).encode()).hexdigest()[:12]
+
+
 @cache
 def machine_info() -> dict[str, str]:
     """Facts that decide whether two runs' absolute numbers are comparable at all."""
@@ -62,7 +127,24 @@ def machine_info() -> dict[str, str]:
         "torch": torch.__version__,
         "torchvision": _version("torchvision"),
         "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "",
+        "cuda_capability": cuda_capability(),
+        "cpu_capability": cpu_capability(),
+        "cpu_isa": cpu_isa(),
+        "cpu_id": cpu_id(),
     }
-    key = "|".join(info[k] for k in ("cpu", "cores", "memory_gb", "cuda_device"))
-    info["fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:12]
+    info["fingerprint"] = fingerprint(info)
     return info
+
+
+@cache
+def cuda_capability() -> str:
+    """The first CUDA device's compute capability ('9.0'), '' without CUDA."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return ""
+        major, minor = torch.cuda.get_device_capability(0)
+        return f"{major}.{minor}"
+    except Exception:
+        return UNKNOWN

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from optbench.catalog.devices import device_name
+from optbench.catalog.hardware import notes
 from optbench.catalog.machine import git_sha, machine_info
 from optbench.catalog.models import ModelSpec
 from optbench.matrix.case import Case
@@ -50,6 +51,11 @@ def identity(
         "torchvision_version": info["torchvision"],
         "python_version": info["python"],
         "machine_fingerprint": info["fingerprint"],
+        "cpu_capability": info["cpu_capability"],
+        "cpu_isa": info["cpu_isa"],
+        "cpu_id": info["cpu_id"],
+        "cuda_capability": info["cuda_capability"] if case.device == "cuda" else None,
+        "hardware_note": notes(tech.hardware, case.device),
         "git_sha": git_sha(repo_dir),
         "model_code_hash": timed.code_hash(),
         "technique_code_hash": tech.code_hash(),

@@ -27,6 +27,7 @@ def _autocast_forward(
 class Bf16Autocast(Technique):
     name = "bf16_autocast"
     family = "precision"
+    hardware = ("bf16",)
     devices = frozenset({"cpu", "cuda", "mps"})
     api = "torch.autocast"
     description = "bfloat16 autocast: matmuls and convolutions in bf16, the rest in fp32"
@@ -48,6 +49,7 @@ class Bf16Autocast(Technique):
 class Fp16Autocast(Technique):
     name = "fp16_autocast"
     family = "precision"
+    hardware = ("fp16",)
     devices = frozenset({"cuda", "mps"})
     api = "torch.autocast (CUDA AMP)"
     description = (

@@ -112,6 +112,9 @@ class Technique:
     api: ClassVar[str] = ""
     """The API that produced the result, e.g. 'torch.autocast' or 'torch.ao.quantization'."""
     description: ClassVar[str] = ""
+    hardware: ClassVar[tuple[str, ...]] = ()
+    """What it needs to pay off (keys of optbench.catalog.hardware.NEEDS: 'bf16', 'int8', 'fp16',
+    '2:4'); a row on a machine without it carries a hardware_note."""
     shape_specific: ClassVar[bool] = False
     """True when the prepared object only serves the input shape it was prepared at (a graph exported
     with static shapes, say): the runner then applies the technique again for the evaluation shape."""

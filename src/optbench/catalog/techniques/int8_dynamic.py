@@ -21,6 +21,7 @@ from optbench.catalog.techniques.stack import register_default_stack
 class Int8Dynamic(Technique):
     name = "int8_dynamic"
     family = "quantization"
+    hardware = ("int8",)
     devices = frozenset({"cpu"})  # torch.ao's quantized kernels are CPU kernels (x86 / fbgemm)
     api = "torch.ao.quantization.quantize_dynamic"
     description = "int8 dynamic quantization of nn.Linear and nn.LSTM (torch.ao, x86 backend)"
@@ -47,6 +48,7 @@ class Int8Dynamic(Technique):
 
 class _Torchao(Technique):
     family = "quantization"
+    hardware = ("int8",)
     devices = frozenset({"cpu", "cuda"})
     config_name: str
     dtype: str

@@ -35,6 +35,7 @@ def _calibrate(model: torch.nn.Module, ctx: TechniqueContext, label: str) -> int
 
 class _Static(Technique):
     family = "quantization"
+    hardware = ("int8",)
     devices = frozenset({"cpu"})  # the x86 int8 kernels
 
     def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:

@@ -37,6 +37,7 @@ def _semi_structured(linear: nn.Linear) -> nn.Linear:
 class Sparse2to4(Technique):
     name = "sparse_2to4"
     family = "pruning"
+    hardware = ("2:4",)
     devices = frozenset({"cuda"})
     api = "torch.sparse.to_sparse_semi_structured (fp16)"
     description = "2:4 semi-structured sparse Linear weights in fp16 (CUDA, compute capability 8.0+)"

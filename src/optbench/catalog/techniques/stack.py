@@ -26,6 +26,7 @@ class Stack(Technique):
         self.parts = parts
         self.name = SEPARATOR.join(p.name for p in parts)  # type: ignore[misc]
         self.devices = frozenset.intersection(*(p.devices for p in parts))  # type: ignore[misc]
+        self.hardware = tuple(dict.fromkeys(n for p in parts for n in p.hardware))  # type: ignore[misc]
         self.modes = frozenset.intersection(*(p.modes for p in parts))  # type: ignore[misc]
         self.api = " + ".join(p.api for p in parts)  # type: ignore[misc]
         self.description = " then ".join(p.name for p in parts)  # type: ignore[misc]
