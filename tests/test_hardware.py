@@ -103,3 +103,12 @@ def test_rows_carry_the_hardware_and_a_note_where_it_is_missing(tmp_path, regist
     for name in ("cpu_capability", "cpu_isa", "cpu_id"):
         assert set(rows[name]) == {info[name]}
     assert set(rows["machine_fingerprint"]) == {info["fingerprint"]}
+
+
+@pytest.mark.parametrize(
+    "isa, expected", [("avx2", None), ("avx2 avx512f avx512_bf16", "bfloat16"), ("unknown", "bfloat16")]
+)
+def test_training_recipes_use_bf16_only_where_the_cpu_has_it(monkeypatch, isa, expected):
+    monkeypatch.setattr(hardware, "cpu_isa", lambda: isa)
+    assert hardware.train_autocast("bfloat16") == expected
+    assert hardware.train_autocast(None) is None

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from optbench.catalog.hardware import train_autocast
 from optbench.catalog.models import ModelSpec
 from optbench.catalog.tasks.base import TaskData
 
@@ -59,7 +60,8 @@ def train(
         optimizer, max_lr=recipe.lr, total_steps=recipe.max_epochs * steps_per_epoch
     )
     loss_fn = nn.CrossEntropyLoss()
-    autocast_dtype = getattr(torch, recipe.autocast) if recipe.autocast else None
+    dtype = train_autocast(recipe.autocast)
+    autocast_dtype = getattr(torch, dtype) if dtype else None
     gen = torch.Generator().manual_seed(seed)
     started = time.perf_counter()
     top1, epoch = 0.0, 0

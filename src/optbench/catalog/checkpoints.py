@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from optbench.catalog.hardware import train_autocast
 from optbench.catalog.models import ModelSpec
 from optbench.catalog.tasks.base import TaskData
 
@@ -34,6 +35,7 @@ def checkpoint_key(spec: ModelSpec, task: TaskData, seed: int) -> str:
         "model_code": spec.code_hash(),
         "input": spec.input_shape,
         "recipe": asdict(spec.recipe),
+        "autocast": train_autocast(spec.recipe.autocast),  # fp32 on a CPU without native bf16
         "data": task.fingerprint,
         "seed": seed,
         "torch": torch.__version__,

@@ -67,3 +67,11 @@ def notes(needs: tuple[str, ...], device: str) -> str | None:
     """The hardware notes of a technique (or a stack's techniques) on `device`, joined, or None."""
     found = [n for n in dict.fromkeys(missing(need, device) for need in needs) if n]
     return "; ".join(found) or None
+
+
+def train_autocast(dtype: str | None) -> str | None:
+    """The autocast dtype a training recipe asks for, or None (fp32) where this CPU lacks the native
+    kernels for it: bf16 without AVX-512 BF16 or AMX trains 10 to 200 times slower than fp32."""
+    if dtype == "bfloat16" and missing("bf16", "cpu") is not None:
+        return None
+    return dtype
