@@ -236,7 +236,7 @@ def test_removed_api_is_a_skip_naming_the_package(monkeypatch):
 
 def test_techniques_skip_models_they_do_not_fit():
     assert "below 50%" in resolve("int8_dynamic").supports(CNN, "cpu", "inference")
-    assert "cnn" in resolve("int8_static_fx").supports(TEXT, "cpu", "inference")
+    assert "targets convolutional networks" in resolve("int8_static_fx").supports(TEXT, "cpu", "inference")
     assert "CUDA" in resolve("sparse_2to4").supports(TEXT, "cuda", "inference") or torch.cuda.is_available()
 
 

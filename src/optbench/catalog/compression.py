@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -62,33 +62,68 @@ def _linear_like_sizes(model: nn.Module) -> tuple[int, int]:
     return linear, sum(p.numel() for p in model.parameters())
 
 
-_LINEAR_SHARES: dict[tuple[str, str, str], float] = {}
+@dataclass(frozen=True)
+class Structure:
+    """What a model is made of, read from the model itself (never from tags a user must know to set)."""
+
+    linear_share: float
+    """Share of the weights in Linear, attention-projection and LSTM layers."""
+    convolutions: int
+    """Conv layers (1-, 2- and 3-D)."""
+    attention: bool
+    recurrent: bool
+    error: str | None = None
+    """The builder failed (the case will run, and fail as a row with this error)."""
 
 
-def _linear_share(spec: ModelSpec) -> float:
+_STRUCTURES: dict[tuple[str, str, str], Structure] = {}
+
+
+def structure(spec: ModelSpec) -> Structure:
     key = (spec.name, spec.input_shape, spec.source)  # specs hold dicts: not hashable themselves
-    if key not in _LINEAR_SHARES:
-        with torch.device("meta"):  # shapes only: no memory, no initialisation
-            linear, total = _linear_like_sizes(spec.build_model())
-        _LINEAR_SHARES[key] = linear / total if total else 0.0
-    return _LINEAR_SHARES[key]
+    if key not in _STRUCTURES:
+        try:
+            with torch.device("meta"):  # shapes only: no memory, no initialisation
+                model = spec.build_model()
+        except Exception as error:  # a user's builder: its case fails as a row, collection goes on
+            _STRUCTURES[key] = Structure(0.0, 0, False, False, f"{type(error).__name__}: {error}")
+            return _STRUCTURES[key]
+        linear, total = _linear_like_sizes(model)
+        modules = list(model.modules())
+        _STRUCTURES[key] = Structure(
+            linear / total if total else 0.0,
+            sum(isinstance(m, nn.modules.conv._ConvNd) for m in modules),
+            any(
+                isinstance(m, nn.MultiheadAttention) or "attention" in type(m).__name__.lower()
+                for m in modules
+            ),
+            any(isinstance(m, nn.RNNBase) for m in modules),
+        )
+    return _STRUCTURES[key]
 
 
 def not_linear_heavy(spec: ModelSpec, technique: str) -> str | None:
     """A skip reason when too little of `spec`'s weights sit in the layers `technique` changes."""
-    share = _linear_share(spec)
-    if share < LINEAR_HEAVY:
+    found = structure(spec)
+    if found.error is None and found.linear_share < LINEAR_HEAVY:
         return (
             f"{technique} changes Linear, attention-projection and LSTM layers only, which hold "
-            f"{share:.0%} of {spec.name}'s weights (below {LINEAR_HEAVY:.0%}): nothing worth measuring"
+            f"{found.linear_share:.0%} of {spec.name}'s weights (below {LINEAR_HEAVY:.0%}): nothing worth measuring"
         )
     return None
 
 
 def not_convolutional(spec: ModelSpec, technique: str) -> str | None:
-    """A skip reason unless `spec` is a CNN (tag 'cnn'): static int8 and channel pruning target convs."""
-    if "cnn" not in spec.tags:
-        return f"{technique} targets convolutional networks (models tagged 'cnn'); {spec.name} is not one"
+    """A skip reason unless `spec` is a convolutional network, read from its layers: convolutions, and
+    no attention or recurrent layers (static int8 and channel pruning target CNNs)."""
+    found = structure(spec)
+    if found.error is not None:
+        return None
+    if not found.convolutions:
+        return f"{technique} targets convolutional networks; {spec.name} has no convolution layers"
+    if found.attention or found.recurrent:
+        kind = "attention" if found.attention else "recurrent"
+        return f"{technique} targets convolutional networks; {spec.name} has {kind} layers"
     return None
 
 

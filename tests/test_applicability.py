@@ -1,0 +1,61 @@
+"""Which techniques apply to a model is read from the model's layers, never from tags a user must
+know to set."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from optbench.catalog.compression import structure
+from optbench.catalog.models import image_classifier, text_classifier
+from optbench.catalog.techniques import load_techniques, resolve
+
+
+class ConvNet(nn.Module):  # a user's convolutional network, untagged
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Conv2d(16, 32, 3), nn.ReLU())
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, num_classes))
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+class LinearNet(nn.Module):  # a user's text model of Linear layers only, untagged
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(100, 64)
+        self.mlp = nn.Sequential(
+            nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, num_classes)
+        )
+
+    def forward(self, ids):
+        return self.mlp(self.embed(ids).mean(1))
+
+
+def test_an_untagged_conv_model_gets_static_int8_and_channel_pruning():
+    load_techniques()
+    spec = image_classifier("user_convnet", ConvNet, resolution=32)
+    assert "cnn" not in spec.tags  # the user set no tag
+    assert structure(spec).convolutions == 2 and not structure(spec).attention
+    for name in ("int8_static_fx", "int8_static_pt2e", "prune_channels_50"):
+        assert resolve(name).supports(spec, "cpu", "inference") is None, name
+
+
+def test_an_untagged_linear_model_gets_dynamic_int8_and_not_the_conv_techniques():
+    load_techniques()
+    spec = text_classifier("user_linear", LinearNet, seq_len=16, vocab_size=100)
+    assert structure(spec).linear_share > 0.5
+    assert resolve("int8_dynamic").supports(spec, "cpu", "inference") is None
+    assert "has no convolution layers" in resolve("int8_static_fx").supports(spec, "cpu", "inference")
+
+
+def test_a_builder_that_raises_is_a_failed_case_later_never_a_collection_error():
+    load_techniques()
+
+    def broken(num_classes: int, extra: int) -> nn.Module:  # the wrong signature
+        raise AssertionError("not called")
+
+    spec = text_classifier("user_broken", broken, seq_len=16, vocab_size=100)
+    assert structure(spec).error.startswith("TypeError")
+    assert resolve("int8_dynamic").supports(spec, "cpu", "inference") is None
+    assert resolve("int8_static_fx").supports(spec, "cpu", "inference") is None
