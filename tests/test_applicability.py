@@ -59,3 +59,18 @@ def test_a_builder_that_raises_is_a_failed_case_later_never_a_collection_error()
     assert structure(spec).error.startswith("TypeError")
     assert resolve("int8_dynamic").supports(spec, "cpu", "inference") is None
     assert resolve("int8_static_fx").supports(spec, "cpu", "inference") is None
+
+
+def test_a_model_the_data_pipeline_cannot_feed_has_its_data_cases_skipped_with_the_reason(registries):
+    from optbench.matrix.case import Selection, build_matrix
+
+    selection = Selection(
+        models=["lstm_classifier"], techniques=None, devices=["cpu"], batch_sizes=None, profile="smoke"
+    )
+    cases = build_matrix(selection, "data")
+    assert cases and all(c.skip_reason for c in cases)
+    (eager,) = [c for c in cases if c.technique == "eager"]
+    assert (
+        eager.skip_reason
+        == "the data pipeline feeds JPEG images; lstm_classifier takes text_classification inputs"
+    )

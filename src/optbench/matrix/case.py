@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from optbench.catalog.devices import unavailable_reason
-from optbench.catalog.models import MODELS, ModelSpec
+from optbench.catalog.models import IMAGE, MODELS, ModelSpec
 from optbench.catalog.techniques import Stack, Technique, default_techniques, resolve
 
 BASELINE = "eager"
@@ -106,6 +106,8 @@ def build_matrix(selection: Selection, mode: str) -> list[Case]:
             spec.batch_sizes.get(selection.profile) or spec.batch_sizes.get("default") or (1,)
         )
         no_weights = weights.unavailable_reason(spec)  # once per model, not once per case
+        if mode == "data" and spec.task != IMAGE:  # eager's data case too, not only the loader techniques
+            no_weights = f"the data pipeline feeds JPEG images; {spec.name} takes {spec.task} inputs"
         for device in selection.devices:
             absent = unavailable_reason(device)
             for batch_size in batch_sizes:
