@@ -1,3 +1,5 @@
+import pytest
+
 from optbench.matrix.case import Case, Selection, build_matrix
 
 
@@ -85,3 +87,158 @@ def test_default_matrix_of_each_mode_holds_only_techniques_of_that_mode(registri
     names = {c.technique for c in build_matrix(_select(techniques=None), "data")}
     # persistent_workers and prefetch_<N> need workers: in stacks only, never alone
     assert "persistent_workers" not in names and any(n.endswith("+persistent_workers") for n in names)
+
+
+# The table of options (optbench.matrix.settings): each option declared once, and every place that
+# needs it made from that declaration.
+
+
+class _AddOption:
+    """Stands in for pytest's parser: records what add_options asks for."""
+
+    def __init__(self):
+        self.options = {}
+
+    def getgroup(self, *args, **kwargs):
+        return self
+
+    def addoption(self, *names, **kwargs):
+        (flag,) = names
+        self.options[flag] = kwargs
+
+
+def test_every_option_is_declared_once_and_each_place_is_made_from_it():
+    from optbench.matrix.settings import MANIFEST_OPTIONS, SETTINGS, settings_markdown
+    from optbench.pytest_plugin.options import add_options
+    from optbench.pytest_plugin.project_config import KEYS
+
+    parser = _AddOption()
+    add_options(parser)
+    assert list(parser.options) == [s.flag for s in SETTINGS]
+    assert len({s.name for s in SETTINGS}) == len(SETTINGS)
+    for s in SETTINGS:
+        kwargs = parser.options[s.flag]
+        assert kwargs["default"] == (list(s.default) if s.kind == "paths" else s.default), s.flag
+        assert kwargs.get("type") == {"number": float, "int": int}.get(s.kind), s.flag
+        assert (kwargs.get("action") == "store_true") == (s.kind == "bool"), s.flag
+    assert parser.options["--models-dir"]["action"] == "append"
+    assert parser.options["--calibration-samples"]["default"] == 256
+    assert parser.options["--profile"]["default"] == "default"
+    assert parser.options["--zoo"]["default"] is None  # unset: the repository decides
+    # [tool.optbench]: every option but those naming one run's folders, baseline or shard.
+    assert list(KEYS) == [s.name for s in SETTINGS if s.toml_key is not None]
+    assert list(KEYS)[:5] == ["profile", "models", "techniques", "devices", "batch_sizes"]
+    assert set(parser.options) - {"--" + k.replace("_", "-") for k in KEYS} == {
+        "--run-id",
+        "--shard",
+        "--shard-durations",
+        "--optbench-compare",
+        "--gate-confirm-budget",
+    }
+    assert KEYS["models_dir"] == "paths" and KEYS["time_budget"] == "number" and KEYS["zoo"] == "bool"
+    # run.json: the options that change what a row measures.
+    assert set(MANIFEST_OPTIONS) == {
+        "timing_shape", "time_budget", "target_precision", "eval_samples", "accuracy_floor",
+        "calibration_samples", "converge_steps", "pipeline_data", "pipeline_images", "pipeline_crop",
+        "data_dir", "record_accuracy_only",
+    }  # fmt: skip
+    # The docs: one row per option, in the table's order; a group's own table.
+    rows = settings_markdown().splitlines()
+    assert rows[0] == "| flag | [tool.optbench] key | type | default | help |"
+    assert [row.split("`")[1].split()[0] for row in rows[2:]] == [s.flag for s in SETTINGS]
+    table = settings_markdown()
+    assert "| `--calibration-samples N` | `calibration_samples` | int, 1 to 10000 | `256` |" in table
+    assert (
+        "| `--time-budget SECONDS` | `time_budget` | number, > 0 | the profile's: smoke 1, default 5" in table
+    )
+    assert "| `--run-id` | - |" in table
+    training = settings_markdown(group="training and data").splitlines()[2:]
+    assert [row.split("`")[1].split()[0] for row in training] == [
+        "--converge-steps",
+        "--pipeline-data",
+        "--pipeline-images",
+        "--pipeline-crop",
+    ]
+    assert "random \\| trained" in table and "DIR/&lt;class>" in table
+
+
+def _defaults(**changes):
+    from optbench.matrix.settings import SETTINGS
+
+    values = {s.name: list(s.default) if s.kind == "paths" else s.default for s in SETTINGS}
+    return {**values, **changes}
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"profile": "huge"}, "unknown profile 'huge'; valid profiles: smoke, default, full"),
+        ({"devices": "cpu,tpu"}, "unknown device 'tpu'; valid devices: cpu, cuda, mps"),
+        ({"batch_sizes": "4,0"}, "--batch-sizes takes positive whole numbers separated by commas, got '4,0'"),
+        ({"weights": "best"}, "unknown weights 'best'; valid weights: random, trained, pretrained"),
+        ({"timing_shape": "bogus"}, "unknown timing shape 'bogus'; valid timing shapes: deploy, task"),
+        ({"data_dir": "/no/such/dir"}, "--data-dir /no/such/dir does not exist"),
+        ({"models_dir": ["/no/such/dir"]}, "--models-dir '/no/such/dir' is not a folder"),
+        (
+            {"run_id": "../escape"},
+            "--run-id '../escape' may hold only letters, digits, '.', '_', '+' and '-' (it names a folder "
+            "in <results>/runs)",
+        ),
+        ({"time_budget": 0.0}, "--time-budget takes a positive number of seconds, got 0"),
+        ({"time_budget": float("nan")}, "--time-budget takes a positive number of seconds, got nan"),
+        ({"target_precision": -1.0}, "--target-precision takes a fraction in (0, 1), e.g. 0.02, got -1"),
+        ({"target_precision": 1.0}, "--target-precision takes a fraction in (0, 1), e.g. 0.02, got 1"),
+        ({"accuracy_floor": 2.0}, "--accuracy-floor takes a fraction in (0, 1], e.g. 0.99"),
+        ({"eval_samples": 0}, "--eval-samples takes a positive whole number"),
+        ({"calibration_samples": 0}, "--calibration-samples takes a whole number from 1 to 10000, got 0"),
+        ({"converge_steps": -3}, "--converge-steps takes a whole number from 0 to 100000, got -3"),
+        ({"pipeline_data": "/no/such/dir"}, "--pipeline-data /no/such/dir does not exist"),
+        ({"pipeline_images": 0}, "--pipeline-images takes a whole number from 1 to 1000000, got 0"),
+        ({"pipeline_crop": 8}, "--pipeline-crop takes a side in pixels from 16 to 2048, got 8"),
+        ({"shard": "4/3"}, "--shard takes K/N with 1 <= K <= N, got '4/3'"),
+        ({"shard_durations": "/no/such/run"}, "--shard-durations: "),
+        (
+            {"optbench_compare": "results/baselines/main", "gate_confirm_budget": -1.0},
+            "--gate-confirm-budget takes seconds >= 0, got -1.0",
+        ),
+    ],
+)
+def test_each_options_check_is_its_one_line_error(changes, message):
+    from optbench.errors import UsageProblem
+    from optbench.matrix.settings import check_settings
+
+    with pytest.raises(UsageProblem) as raised:
+        check_settings(_defaults(**changes))
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+
+def test_defaults_pass_and_an_option_that_needs_another_is_checked_only_with_it():
+    from optbench.matrix.settings import check_settings
+
+    check_settings(_defaults())
+    check_settings(_defaults(gate_confirm_budget=-1.0))  # no --optbench-compare: never used
+    check_settings(_defaults(devices="cpu,cuda", batch_sizes="1, 4", accuracy_floor=1.0, converge_steps=0))
+
+
+def test_per_profile_defaults_fill_only_the_options_left_unset():
+    from optbench.matrix.profiles import PROFILES
+    from optbench.matrix.settings import with_profile_defaults
+
+    values = with_profile_defaults(_defaults(time_budget=2.0), PROFILES["smoke"])
+    assert values["time_budget"] == 2.0 and values["target_precision"] == 0.05
+    assert values["converge_steps"] == 30 and values["pipeline_images"] == 48
+    assert values["calibration_samples"] == 256 and values["eval_samples"] is None
+    full = with_profile_defaults(_defaults(converge_steps=0), PROFILES["full"])
+    assert full["converge_steps"] == 0 and full["pipeline_images"] == 1024
+
+
+def test_the_table_of_options_imports_neither_pytest_nor_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from optbench.matrix.settings import settings_markdown; settings_markdown(); "
+        "print(sorted({'torch', 'pytest', 'pandas'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import secrets
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 
 from optbench.errors import UnknownNameError, UsageProblem
 from optbench.matrix.profiles import get_profile
-from optbench.pytest_plugin.options import DEVICES, add_options, results_dir, selection
+from optbench.pytest_plugin.options import DEVICES, add_options, option_values, results_dir, selection
 
 _STATE_KEY = pytest.StashKey["Any"]()
 _ERROR_KEY = pytest.StashKey[pytest.UsageError]()
@@ -198,35 +199,34 @@ def pytest_collection_modifyitems(
     from optbench.catalog.weights import WeightsProvider
 
     capture = config.pluginmanager.getplugin("capturemanager")
-    data_dir = config.getoption("data_dir")
+    option = option_values(config, profile)  # the profile's own where an option was left unset
     state["run"] = RunState(
         run_id=run_id,
         writer=writer,
         weights=WeightsProvider(
-            config.getoption("weights"),
-            data_dir=Path(data_dir) if data_dir else None,
+            option["weights"],
+            data_dir=Path(option["data_dir"]) if option["data_dir"] else None,
             # Training progress bars must reach the terminal through pytest's output capture.
             progress_context=capture.global_and_fixture_disabled if capture is not None else None,
         ),
-        accuracy_floor=config.getoption("accuracy_floor"),
-        record_only=config.getoption("record_accuracy_only"),
-        eval_limit=config.getoption("eval_samples"),
-        calibration_samples=config.getoption("calibration_samples"),
-        converge_steps=_or_profile(config.getoption("converge_steps"), profile.converge_steps),
+        accuracy_floor=option["accuracy_floor"],
+        record_only=option["record_accuracy_only"],
+        eval_limit=option["eval_samples"],
+        calibration_samples=option["calibration_samples"],
+        converge_steps=option["converge_steps"],
         pipeline=PipelineConfig(
-            images=_or_profile(config.getoption("pipeline_images"), profile.pipeline_images),
-            crop=config.getoption("pipeline_crop"),
-            data_dir=Path(config.getoption("pipeline_data")) if config.getoption("pipeline_data") else None,
+            images=option["pipeline_images"],
+            crop=option["pipeline_crop"],
+            data_dir=Path(option["pipeline_data"]) if option["pipeline_data"] else None,
         ),
-        timing=profile.timing.with_overrides(
-            config.getoption("time_budget"), config.getoption("target_precision")
-        ),
-        timing_shape=config.getoption("timing_shape"),
+        timing=profile.timing.with_overrides(option["time_budget"], option["target_precision"]),
+        timing_shape=option["timing_shape"],
         ceilings=Ceilings(),
         repo_dir=str(config.rootpath),
     )
     state["run_dir"] = run_dir
     _write_manifest(config, state, run_id, run_dir, items)
+    _take_machine(config, state, run_id, option["wait_for_machine"])
     # pytest-benchmark's own JSON goes beside our tables unless the user asked for it elsewhere.
     bench_session = getattr(config, "_benchmarksession", None)
     if bench_session is not None and not getattr(bench_session, "json", None):
@@ -267,15 +267,12 @@ def _write_manifest(
     from dataclasses import asdict
 
     from optbench.catalog.machine import git_sha, machine_info
+    from optbench.matrix.settings import MANIFEST_OPTIONS
     from optbench.results.manifest import Manifest
 
     chosen = state["selection"]
     selection = {k: v for k, v in asdict(chosen).items() if k not in ("shard", "models_given")}
-    options = (
-        "timing_shape", "time_budget", "target_precision", "eval_samples", "accuracy_floor",
-        "calibration_samples", "converge_steps", "pipeline_data", "pipeline_images", "pipeline_crop",
-        "data_dir", "record_accuracy_only", "keyword", "markexpr",
-    )  # fmt: skip
+    options = (*MANIFEST_OPTIONS, "keyword", "markexpr")  # the in_manifest options, then pytest's -k and -m
     settings = {name: getattr(config.option, name, None) for name in options}
     cases = [case.id for case in _cases(items).values()]
     info = machine_info()
@@ -289,10 +286,6 @@ def _write_manifest(
         machine_fingerprint=info["fingerprint"],
         versions={k: info[k] for k in ("torch", "torchvision", "python")},
     ).write(run_dir)
-
-
-def _or_profile(value: int | None, default: int) -> int:
-    return default if value is None else value
 
 
 def _warn_weak_model(row: dict[str, Any], warned: set[str]) -> None:
@@ -370,11 +363,31 @@ def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[An
     return run
 
 
+def _take_machine(config: pytest.Config, state: dict[str, Any], run_id: str, wait: bool) -> None:
+    """The cache folder's timing lock (pytest_plugin/lock.py): a second run timing on this machine at
+    once is told in one line, or waits. `optbench ab`'s two sessions share the machine on purpose."""
+    if config.pluginmanager.get_plugin("optbench_lockstep") is not None:
+        return
+    from optbench.catalog.checkpoints import cache_dir
+    from optbench.pytest_plugin.lock import MachineLock
+
+    lock = MachineLock(cache_dir())
+    if wait:
+        print(f"optbench: waiting for the machine ({lock.path})", file=sys.stderr)
+    warning = lock.acquire(run_id, wait=wait)
+    state["lock"] = lock
+    if warning:
+        state["lock_warning"] = warning
+        print(warning, file=sys.stderr)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(_STATE_KEY, {})
     run = state.get("run")
     if run is not None:
         run.writer.close()
+    if state.get("lock") is not None:
+        state["lock"].release()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -458,6 +471,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line("")
     terminalreporter.write_line(f"full table: {state['run_dir'] / 'results.csv'}  ({len(run.rows)} rows)")
     terminalreporter.write_line(f"claims: {state['run_dir'] / 'claims.md'}")
+    if state.get("lock_warning"):
+        terminalreporter.write_line(state["lock_warning"], yellow=True)
     if state.get("gate_error"):
         terminalreporter.write_line("")
         terminalreporter.write_line(state["gate_error"], red=True)

@@ -13,35 +13,15 @@ from typing import Any
 import pytest
 
 from optbench.errors import UsageProblem
+from optbench.matrix.settings import BY_NAME, SETTINGS
 
 APPLIED = pytest.StashKey[dict[str, str]]()
 """On the pytest config: option dest -> 'key = value' for the options the file set."""
 
-# key -> kind of value. Lists may be TOML arrays or comma-separated strings; paths are relative to
-# the pyproject.toml's folder.
-KEYS: dict[str, str] = {
-    "profile": "str",
-    "models": "list",
-    "techniques": "list",
-    "devices": "list",
-    "batch_sizes": "list",
-    "weights": "str",
-    "data_dir": "path",
-    "models_dir": "paths",
-    "results_dir": "path",
-    "time_budget": "number",
-    "target_precision": "number",
-    "accuracy_floor": "number",
-    "eval_samples": "int",
-    "record_accuracy_only": "bool",
-    "timing_shape": "str",
-    "zoo": "bool",
-    "calibration_samples": "int",
-    "converge_steps": "int",
-    "pipeline_data": "path",
-    "pipeline_images": "int",
-    "pipeline_crop": "int",
-}
+KEYS: dict[str, str] = {s.name: s.kind for s in SETTINGS if s.toml_key is not None}
+"""[tool.optbench] key (the option's dest) -> kind of value, from the table of options
+(optbench.matrix.settings). Lists may be TOML arrays or comma-separated strings; paths are relative
+to the pyproject.toml's folder."""
 
 _KIND_NAMES = {
     "str": "a string",
@@ -66,7 +46,7 @@ def _load_toml(path: Path) -> dict[str, Any]:
 
 
 def _flag(key: str) -> str:
-    return "--" + key.replace("_", "-")
+    return BY_NAME[key].flag
 
 
 def _given_on_command_line(config: pytest.Config, key: str) -> bool:
