@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from user_repo import user_repo
 
-from optbench.ab.driver import plan, pool
+from optbench.ab.pooling import pool
+from optbench.ab.schedule import plan
+from optbench.ab.sessions import Server, Side
 from optbench.cli import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,6 +166,87 @@ def test_pool_joins_the_rounds_samples_and_keeps_a_failed_round():
     assert pooled["m-x"]["latency_ms_median"] == 5.5 and pooled["m-x"]["baseline_latency_ms"] == 11.0
     assert pooled["m-x"]["speedup"] == 2.0 and "_round" not in pooled["m-x"]
     assert pooled["m-y"]["status"] == "failed"  # any round that did not pass decides the case
+
+
+def test_pooled_speedup_and_throughput_are_derived_as_the_runner_derives_them():
+    """One derivation (results.derive.speedup_columns) for the runner's rows and the pooled ones:
+    a data row's throughput is batch / mean over every round, the eager row's too (not round 1's)."""
+    from optbench.results.derive import speedup_columns
+
+    def row(case, samples, round_):
+        return {
+            "case_id": case, "status": "passed", "samples_ms": samples, "baseline_case_id": "d-eager",
+            "mode": "data", "batch_size": 4, "throughput": 1.0, "_round": round_,
+        }  # fmt: skip
+
+    rows = [row("d-eager", [10.0, 30.0], 1), row("d-x", [5.0, 15.0], 1)]
+    rows += [row("d-eager", [20.0], 2), row("d-x", [40.0], 2)]
+    pooled = {r["case_id"]: r for r in pool(rows, "smoke")}
+    x, eager = pooled["d-x"], pooled["d-eager"]
+    expected = speedup_columns([5.0, 15.0, 40.0], [10.0, 30.0, 20.0], 4, "mean")
+    assert {k: x[k] for k in expected} == expected
+    assert x["throughput"] == 4 / (20.0 / 1e3) and x["speedup"] == 1.0
+    assert eager["throughput"] == 4 / (20.0 / 1e3) and eager["speedup"] == eager["speedup_ci95_low"] == 1.0
+
+
+def test_rows_arrive_without_private_keys_and_carry_their_origin_beside_them(tmp_path):
+    side = Side("base", "0" * 40, tmp_path, {}, tmp_path / "raw", tmp_path / "base.log")
+    side.results.parent.mkdir(parents=True)
+    older = {"case_id": "m-x", "status": "passed", "_round": 7, "_nodeid": "t[old]", "_slice_ends": [9]}
+    unselected = {"case_id": "m-eager", "status": "passed", "selected": False}
+    lines = [json.dumps(older), json.dumps(unselected), '{"case_id": "being wri']  # the last: unfinished
+    side.results.write_text("\n".join(lines))
+    side.read_rows(2, "t[m-x]", [3, 6])
+    x, eager = side.rows
+    assert x.row == {"case_id": "m-x", "status": "passed"}
+    assert (x.round, x.nodeid, x.slice_ends) == (2, "t[m-x]", [3, 6])
+    assert eager.slice_ends == []  # measured inside the item, unpaced: the pauses are not its own
+    side.results.write_text("\n".join([*lines[:2], '{"case_id": "m-y", "status": "passed"}', ""]))
+    side.read_rows(3, "t[m-y]")
+    assert [(r.row["case_id"], r.round) for r in side.rows[2:]] == [("m-y", 3)]
+
+
+def test_the_sessions_connection_needs_the_key_and_sees_a_silent_or_gone_peer():
+    """The driver's end (sessions.Server, Channel) and the lockstep plugin's (copied into each
+    session) speak multiprocessing.connection with the authkey in the session's environment."""
+    from multiprocessing.connection import AuthenticationError, Client
+
+    from optbench.ab import lockstep
+
+    server = Server()
+    try:
+        host, port, side, _ = server.spec("head").split(":")
+        with pytest.raises(AuthenticationError):
+            Client((host, int(port)), authkey=b"not the key")
+        session = lockstep._Channel(server.spec("head"))
+        assert session.side == "head"
+        driver = server.next(10.0)
+        assert driver is not None and server.next(0.1) is None  # the refused client never arrives
+        session.send({"hello": "head", "items": ["t[a]"]})
+        assert driver.recv(10.0) == {"hello": "head", "items": ["t[a]"]}
+        driver.send({"go": 0})
+        assert session.recv() == {"go": 0}
+        started = time.monotonic()
+        assert driver.recv(0.3) is None  # silent: the step timeout
+        assert driver.recv(60.0, alive=lambda: False) is None  # its process ended: within a second
+        assert time.monotonic() - started < 5
+        session.close()
+        assert driver.recv(60.0) is None and time.monotonic() - started < 5  # hung up
+        other = lockstep._Channel(server.spec("base"))
+        server.next(10.0).close()  # the driver goes away: the session stops
+        with pytest.raises(pytest.exit.Exception, match="the driver went away"):
+            other.recv()
+        other.close()
+    finally:
+        server.close()
+    assert not server.thread.is_alive()
+
+
+def test_ab_imports_pytest_only_in_the_lockstep_plugin():
+    modules = "driver, options, worktree, sessions, schedule, pooling, outcome, confirmation"
+    code = f"import sys; from optbench.ab import {modules}; print('pytest' in sys.modules)"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert found.stdout.strip() == "False", found.stderr
 
 
 @pytest.mark.parametrize(

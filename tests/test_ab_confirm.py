@@ -9,7 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from optbench.ab import confirmation as ab_confirm
-from optbench.ab.driver import AbOptions, AbRun, Measured, Side, _confirm, _confirmation_notes
+from optbench.ab.options import AbOptions
+from optbench.ab.outcome import AbRun, confirm, confirmation_notes
+from optbench.ab.pooling import SessionRow
+from optbench.ab.sessions import Measured, Side
 from optbench.gate.config import GateConfig
 from optbench.gate.verdicts import REGRESSED, UNCHANGED, Verdict, failed
 
@@ -75,17 +78,9 @@ def test_a_case_the_second_measurement_could_not_judge_keeps_failing():
     assert [v.confirmed for v in verdicts] == [None, None] and len(failed(verdicts)) == 2
 
 
-def _rows(case_id: str, samples: list[float], ends: list[int]) -> list[dict]:
-    return [
-        {
-            "case_id": case_id,
-            "status": "passed",
-            "samples_ms": samples,
-            "_round": 1,
-            "_nodeid": f"t[{case_id}]",
-        }
-        | {"_slice_ends": ends}
-    ]
+def _rows(case_id: str, samples: list[float], ends: list[int]) -> list[SessionRow]:
+    row = {"case_id": case_id, "status": "passed", "samples_ms": samples}
+    return [SessionRow(row, round=1, nodeid=f"t[{case_id}]", slice_ends=ends)]
 
 
 def _measured(tmp: Path, ratio: float) -> Measured:
@@ -108,7 +103,7 @@ def test_confirm_measures_the_flagged_item_again_and_records_it(tmp_path):
         asked.append(items)
         return _measured(tmp_path / "second", 1.0)  # the second pair of sessions sees no change
 
-    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, first, CONFIG, remeasure, None) is False
+    assert confirm(run, verdicts, {"m-x-cpu-bs1"}, first, CONFIG, remeasure, None) is False
     assert asked == [["t[m-x-cpu-bs1]"]]
     assert verdicts[0].confirmed is False and not failed(verdicts)
     record = run.confirmation
@@ -116,7 +111,7 @@ def test_confirm_measures_the_flagged_item_again_and_records_it(tmp_path):
     assert record["estimate_s"] == 7.0 and len(record["paired_ratios"]["m-x-cpu-bs1"]) == 16
     rows = (tmp_path / "confirm" / "head" / "results.jsonl").read_text().splitlines()
     assert [json.loads(r)["case_id"] for r in rows] == ["m-x-cpu-bs1"]
-    (note,) = _confirmation_notes(record)
+    (note,) = confirmation_notes(record)
     assert "measured again in a fresh pair of sessions" in note
     assert "`m-x-cpu-bs1` (unchanged, 1.03x over both measurements)" in note and record["ratios"]
 
@@ -129,10 +124,10 @@ def test_ctrl_c_during_the_confirmation_keeps_the_first_verdicts_failing(tmp_pat
         raise KeyboardInterrupt
 
     first = {"m-x-cpu-bs1": _pairs(1.2)}
-    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, first, CONFIG, remeasure, None) is True
+    assert confirm(run, verdicts, {"m-x-cpu-bs1"}, first, CONFIG, remeasure, None) is True
     assert verdicts[0].confirmed is None and failed(verdicts)
     assert "interrupted" in run.confirmation["error"]
-    assert any("interrupted" in n for n in _confirmation_notes(run.confirmation))
+    assert any("interrupted" in n for n in confirmation_notes(run.confirmation))
 
 
 def test_a_budget_too_small_leaves_the_regression_failing_unconfirmed(tmp_path):
@@ -143,7 +138,7 @@ def test_a_budget_too_small_leaves_the_regression_failing_unconfirmed(tmp_path):
     def remeasure(items: list[str]) -> Measured:
         raise AssertionError("nothing fits the budget: nothing is measured again")
 
-    assert _confirm(run, verdicts, {"m-x-cpu-bs1"}, {}, CONFIG, remeasure, None) is False
+    assert confirm(run, verdicts, {"m-x-cpu-bs1"}, {}, CONFIG, remeasure, None) is False
     assert verdicts[0].confirmed is None and failed(verdicts)
     assert run.confirmation["left_out"] == ["m-x-cpu-bs1"]
-    assert "raise `--confirm-budget`" in _confirmation_notes(run.confirmation)[0]
+    assert "raise `--confirm-budget`" in confirmation_notes(run.confirmation)[0]

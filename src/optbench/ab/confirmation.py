@@ -84,7 +84,7 @@ def judge(
     as the module says, and mark each first verdict confirmed or not. A case the second measurement
     could not judge (its session crashed, too few pairs) stays unconfirmed-and-failing: only a
     measurement that ran can refute a regression. Returns the second verdicts."""
-    from optbench.ab.driver import GATED
+    from optbench.ab.outcome import GATED
 
     again = {c: paired.ratios(pairs.get(c, [])) for c in cases}
     measured = [c for c in cases if len(again[c]) >= paired.MIN_PAIRS]

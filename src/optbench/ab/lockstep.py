@@ -6,8 +6,10 @@ a temporary folder, puts that folder on PYTHONPATH and loads it with `-p optbenc
 the same in a base commit whose optbench predates it. Without OPTBENCH_LOCKSTEP in the environment it
 does nothing.
 
-Protocol (JSON lines over one TCP connection to 127.0.0.1, the driver's port and token in the
-environment): after collection the session sends `hello` with its item node ids and receives a
+Protocol: the standard library's multiprocessing.connection. The session connects to the driver's
+Listener on 127.0.0.1 with `Client(address, authkey=...)` (the address and the key, in hex, are in
+the environment: the key proves the session is the driver's), then the two exchange dicts
+(`send`/`recv`). After collection the session sends `hello` with its item node ids and receives a
 `schedule` (indices into those items, repeats allowed: one per round) or `abort`. Then for each
 scheduled step it waits for `go`, runs the item (setup, call, teardown) and answers `done`. After the
 last step it waits for `quit` before pytest writes its summary, so that work never overlaps the other
@@ -22,16 +24,15 @@ samples slice by slice. A side whose optbench does not call it simply never paus
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import time
+from multiprocessing.connection import Client
 from typing import Any
 
 import pytest
 
 ENV = "OPTBENCH_LOCKSTEP"
-"""host:port:side:token of the driver."""
+"""host:port:side:authkey (hex) of the driver."""
 
 
 class Slicer:
@@ -59,25 +60,21 @@ def current_slicer() -> Slicer | None:
 
 class _Channel:
     def __init__(self, spec: str) -> None:
-        host, port, self.side, self.token = spec.split(":", 3)
-        self.sock = socket.create_connection((host, int(port)), timeout=60)
-        self.sock.settimeout(None)  # the other session may measure for a long time between our steps
-        self.file = self.sock.makefile("rwb")
+        host, port, self.side, key = spec.split(":", 3)
+        self.conn = Client((host, int(port)), authkey=bytes.fromhex(key))
 
     def send(self, message: dict[str, Any]) -> None:
-        self.file.write(json.dumps(message).encode() + b"\n")
-        self.file.flush()
+        self.conn.send(message)
 
     def recv(self) -> dict[str, Any]:
-        line = self.file.readline()
-        if not line:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
             pytest.exit("optbench ab: the driver went away; stopping", returncode=2)
-        return json.loads(line)
 
     def close(self) -> None:
         try:
-            self.file.close()
-            self.sock.close()
+            self.conn.close()
         except OSError:
             pass
 
@@ -88,7 +85,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     if not spec or session.config.option.collectonly:
         return None
     channel = _Channel(spec)
-    hello: dict[str, Any] = {"hello": channel.side, "token": channel.token, "pid": os.getpid()}
+    hello: dict[str, Any] = {"hello": channel.side, "pid": os.getpid()}
     if session.testsfailed and not session.config.option.continue_on_collection_errors:
         # Collection errors: say so, and let pytest's own loop report them and stop.
         channel.send({**hello, "error": f"{session.testsfailed} error(s) during collection"})

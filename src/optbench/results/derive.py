@@ -45,6 +45,32 @@ def speedup_interval(
     return float(ci.low), float(ci.high)
 
 
+def speedup_columns(
+    case_samples_ms: Sequence[float],
+    base_samples_ms: Sequence[float] | None,
+    batch_size: int | None,
+    statistic: str = "median",
+) -> dict[str, float]:
+    """A row's speedup and throughput columns, from the per-call samples (ms) of its case and of the
+    case's eager baseline: `speedup` = statistic(base) / statistic(case) with its 95% interval
+    (speedup_interval), and `throughput` = batch_size / statistic(case), items per second (left out
+    without a batch size). statistic: "median", or "mean" (data rows: an epoch's time, stalls
+    included, is what a pipeline changes). base_samples_ms None: the row is its own baseline, a
+    speedup of exactly 1. The runner and `optbench ab`'s pooled rows both derive them here."""
+    center = np.mean if statistic == "mean" else np.median
+    case_ms = float(center(np.asarray(case_samples_ms, dtype=float)))
+    columns: dict[str, float] = {}
+    if base_samples_ms is None:
+        columns.update(speedup=1.0, speedup_ci95_low=1.0, speedup_ci95_high=1.0)
+    else:
+        base_ms = float(center(np.asarray(base_samples_ms, dtype=float)))
+        low, high = speedup_interval(base_samples_ms, case_samples_ms, statistic)
+        columns.update(speedup=base_ms / case_ms, speedup_ci95_low=low, speedup_ci95_high=high)
+    if batch_size:
+        columns["throughput"] = batch_size / (case_ms / 1e3)
+    return columns
+
+
 def clear_difference(low: float | None, high: float | None) -> bool | None:
     """False when the interval contains 1.0 (no clear difference from eager fp32); None if unknown."""
     if low is None or high is None or np.isnan(low) or np.isnan(high):
