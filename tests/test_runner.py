@@ -63,13 +63,24 @@ def test_baseline_row_has_speedup_exactly_one_and_sane_values(state, tmp_path):
     assert load(tmp_path).loc[0, "speedup"] == 1.0
 
 
-def test_speedup_is_baseline_median_over_case_median(state):
+def test_speedup_is_the_median_of_ratios_paired_with_eager(state):
     runner = CaseRunner(state)
     base = runner.run(Case("tiny_mlp", "eager", "cpu", 2))
     other = runner.run(Case("tiny_mlp", "bf16_autocast", "cpu", 2))
     assert other["baseline_latency_ms"] == base["latency_ms_median"]
-    assert other["speedup"] == pytest.approx(base["latency_ms_median"] / other["latency_ms_median"])
+    assert other["speedup_method"] == "paired" and other["pairs"] >= 6 and other["stop_reason"]
+    assert other["speedup_ci95_low"] <= other["speedup"] <= other["speedup_ci95_high"]
     assert other["dtype"] == "bfloat16 (autocast)"
+    assert base["speedup_method"] == "baseline" and base.get("pairs") is None
+
+
+def test_without_pairing_speedup_is_baseline_median_over_case_median(state):
+    state.paired = False
+    runner = CaseRunner(state)
+    base = runner.run(Case("tiny_mlp", "eager", "cpu", 2))
+    other = runner.run(Case("tiny_mlp", "bf16_autocast", "cpu", 2))
+    assert other["speedup_method"] == "bootstrap" and other.get("pairs") is None
+    assert other["speedup"] == pytest.approx(base["latency_ms_median"] / other["latency_ms_median"])
 
 
 def test_deselected_baseline_is_measured_as_a_reference_row(state):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -19,9 +20,10 @@ from optbench.catalog.models import ModelSpec
 from optbench.catalog.techniques import Prepared, Technique, TechniqueContext
 from optbench.catalog.techniques.base import TRAINING
 from optbench.catalog.weights import ModelWeights
-from optbench.matrix.case import Case
+from optbench.matrix.case import BASELINE, Case
 from optbench.matrix.profiles import TimingPolicy
 from optbench.measure.memory import PeakMemory
+from optbench.measure.paired import PairedResult, time_paired
 from optbench.measure.timing import plan_rounds, warm_up
 from optbench.results.derive import latency_stats
 
@@ -49,6 +51,8 @@ class Measurement:
     columns: dict[str, Any]
     samples_ms: list[float]
     nonfinite: bool = False
+    paired: PairedResult | None = None
+    """The case timed against its eager baseline (None: timed alone)."""
     logits: torch.Tensor | None = None
     """Held-out logits of the prepared model (None: these weights have no task to evaluate on)."""
     logits_again: torch.Tensor | None = None
@@ -68,6 +72,13 @@ class Setup:
     """Training mode: optimizer steps of the short seeded training per case (0: none)."""
     context: Callable[..., TechniqueContext] = TechniqueContext
     """Makes the technique context (the run binds the cache folder and progress bars into it)."""
+    call_timeout_s: float | None = None
+    """One call longer than this stops the case (CallTimeout): a timeout row, and the run goes on."""
+    paired: bool = True
+    """Time each case in alternating blocks with its group's eager baseline (optbench.measure.paired);
+    False times each case alone (`optbench ab` pairs whole sessions instead)."""
+    eager: dict[Any, tuple[Callable[[], object], float]] = field(default_factory=dict)
+    """The current group's eager call, kept prepared in memory, and its per-call seconds."""
 
 
 def _dynamo_graphs() -> int:
@@ -144,6 +155,7 @@ class Timed:
     compressed: int
     flops_per_sample: float | None
     extra: dict[str, Any] = field(default_factory=dict)
+    paired: PairedResult | None = None
 
 
 def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) -> Timed:
@@ -193,6 +205,8 @@ def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) 
                 return out
 
             mode = torch.inference_mode()
+        if setup.call_timeout_s is not None:
+            call = _limited(call, setup.call_timeout_s)
         with mode:
             t1 = time.perf_counter()
             first_out = call()
@@ -201,16 +215,66 @@ def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) 
             graphs = _dynamo_graphs() - graphs_before
             nonfinite = isinstance(first_out, torch.Tensor) and not bool(torch.isfinite(first_out).all())
             pilot = warm_up(call, policy)
-            samples = time_fn(call, plan_rounds(pilot, policy), 1)
-        memory.read()
+            eager = setup.eager.get(case.group) if setup.paired and case.technique != BASELINE else None
+            paired = None
+            if eager is not None:
+                memory.read()  # the case's own peak: eager's calls below must not count in it
+                paired = _time_against_eager(call, eager, pilot, policy, time_fn)
+                samples = paired.case_samples
+            else:
+                samples = time_fn(call, plan_rounds(pilot, policy), 1)
+            if setup.paired and case.technique == BASELINE:  # kept for the group's cases, only this group's
+                setup.eager.clear()
+                setup.eager[case.group] = (call, statistics.median(samples))
+        if paired is None:
+            memory.read()
         params, nonzero = cost.parameter_counts(prepared.module)
         size, compressed = cost.model_sizes(prepared.module)
     flops = prepared.flops_per_sample if not training else None
     flops = flops or setup.flops[flops_key] / case.batch_size
     return Timed(
         prepared, ctx, timed, samples, pilot, first_call, prepare_s, graphs, nonfinite, memory,
-        params, nonzero, size, compressed, flops, extra,
+        params, nonzero, size, compressed, flops, extra, paired,
     )  # fmt: skip
+
+
+class CallTimeout(Exception):
+    """One call of a case took longer than the run allows (--call-timeout)."""
+
+
+def _limited(call: Callable[[], object], limit_s: float) -> Callable[[], object]:
+    """`call`, raising CallTimeout after any call that took longer than `limit_s`. A running kernel
+    cannot be interrupted safely, so the case stops after that call: one call is the most it costs."""
+
+    def limited() -> object:
+        started = time.perf_counter()
+        out = call()
+        took = time.perf_counter() - started
+        if took > limit_s:
+            raise CallTimeout(f"one call took {took:.1f} s, over the {limit_s:g} s limit (--call-timeout)")
+        return out
+
+    return limited
+
+
+def _time_against_eager(
+    call: Callable[[], object],
+    eager: tuple[Callable[[], object], float],
+    pilot: list[float],
+    policy: TimingPolicy,
+    time_fn: TimeFn,
+) -> PairedResult:
+    """The case against its group's eager call, in ABBA blocks (optbench.measure.paired); the case's
+    calls also go to pytest-benchmark where the timer can take them (`time_fn.record`)."""
+    eager_call, eager_per_call = eager
+    for _ in range(3):  # eager's caches were the previous case's for a while: warm them again
+        eager_call()
+    per_call = max(statistics.median(pilot[-3:]), eager_per_call)
+    paired = time_paired(call, eager_call, per_call, policy.budget_s, policy.target_rel_ci)
+    record = getattr(time_fn, "record", None)
+    if record is not None:
+        record(paired.case_samples)
+    return paired
 
 
 def timed_columns(case: Case, timed: Timed, policy: TimingPolicy) -> dict[str, Any]:
@@ -252,7 +316,10 @@ def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeF
     timed = time_case(case, weights, setup, time_fn)
     prepared, tech, device = timed.prepared, case.tech, torch.device(case.device)
     measurement = Measurement(
-        columns={}, samples_ms=[s * 1e3 for s in timed.samples], nonfinite=timed.nonfinite
+        columns={},
+        samples_ms=[s * 1e3 for s in timed.samples],
+        nonfinite=timed.nonfinite,
+        paired=timed.paired,
     )
     per_shape = None
     at_eval = weights.eval_spec

@@ -17,6 +17,7 @@ def measure_training(case: Case, weights: ModelWeights, setup: Setup, time_fn: T
     measurement = Measurement(
         columns=timed_columns(case, timed, setup.timing),
         samples_ms=[s * 1e3 for s in timed.samples],
+        paired=timed.paired,
         nonfinite=timed.nonfinite,
     )
     del timed  # free the timed model before training another

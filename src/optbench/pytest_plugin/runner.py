@@ -7,9 +7,9 @@ measured on demand (its case was deselected) uses the same loop without it.
 
 from __future__ import annotations
 
+import functools
 import gc
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,11 +23,13 @@ from optbench.matrix.profiles import TimingPolicy
 from optbench.measure.ceilings import Ceilings
 from optbench.measure.floor import ACCURACY_STATUSES, Reference, judge
 from optbench.measure.identity import identity, now
-from optbench.measure.inference import Setup, TimeFn, measure_case
+from optbench.measure.inference import CallTimeout, Setup, TimeFn, measure_case
+from optbench.measure.paired import PairedResult
 from optbench.measure.reference import reference_ms
 from optbench.measure.timing import Pacer, before_rounds, paced_rounds, time_calls
 from optbench.results import ResultsWriter
-from optbench.results.derive import speedup_interval
+from optbench.results.derive import speedup_columns
+from optbench.results.schema import Status
 
 __all__ = [
     "ACCURACY_STATUSES",
@@ -64,7 +66,25 @@ def pytest_benchmark_timer(benchmark: Any, pacer: Pacer | None = None) -> TimeFn
             benchmark.pedantic(call, rounds=rounds, iterations=1, setup=before)
         return list(benchmark.stats.stats.data)
 
+    run.pacer = pacer  # type: ignore[attr-defined]
+
+    def record(samples: list[float]) -> None:
+        """Calls timed elsewhere (paired with eager) into pytest-benchmark's stats, so its JSON and
+        tables see the case: it has no public way to add samples, and pedantic cannot stop early."""
+        stats = benchmark._make_stats(1)
+        for seconds in samples:
+            stats.update(seconds)
+
+    if not getattr(benchmark, "disabled", False) and hasattr(benchmark, "_make_stats"):
+        run.record = record  # type: ignore[attr-defined]
     return run
+
+
+def _paced(time_fn: Any) -> bool:
+    """Whether `time_fn` hands the machine to `optbench ab`'s other session between rounds."""
+    if isinstance(time_fn, functools.partial):
+        return time_fn.keywords.get("pacer") is not None
+    return getattr(time_fn, "pacer", None) is not None
 
 
 class CaseFailed(Exception):
@@ -78,6 +98,13 @@ class RunState:
     run_id: str
     writer: ResultsWriter
     timing: TimingPolicy
+    paired: bool = True
+    """Time each case against its group's eager baseline in alternating blocks (False under a pacer:
+    `optbench ab` pairs the two sessions instead)."""
+    call_timeout_s: float | None = None
+    """--call-timeout: a longer call ends its case as a timeout row."""
+    eager: dict[Any, Any] = field(default_factory=dict)
+    """The current group's prepared eager call (optbench.measure.inference.Setup.eager)."""
     weights: WeightsProvider = field(default_factory=lambda: WeightsProvider("random"))
     timing_shape: str = "deploy"
     """Time at the deployment shape (default) or at the task shape."""
@@ -127,11 +154,15 @@ class RunState:
             self.flops_source,
             converge_steps=self.converge_steps,
             context=context,
+            paired=self.paired,
+            eager=self.eager,
+            call_timeout_s=self.call_timeout_s,
         )
 
     def record(self, row: dict[str, Any]) -> None:
+        """Write a case's finished row, once; the run keeps a copy that later changes cannot reach."""
         self.writer.append(row)
-        self.rows.append(row)
+        self.rows.append(dict(row))
 
 
 def training_columns(record: dict[str, Any], spec: Any) -> dict[str, Any]:
@@ -149,6 +180,20 @@ def _is_oom(error: BaseException) -> bool:
     return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
 
 
+def paired_columns(paired: PairedResult | None) -> dict[str, Any]:
+    """The speedup of a case timed against its eager baseline, and how its timing stopped."""
+    if paired is None:
+        return {}
+    return {
+        "speedup": paired.speedup,
+        "speedup_ci95_low": paired.low,
+        "speedup_ci95_high": paired.high,
+        "speedup_method": "paired",
+        "pairs": paired.pairs,
+        "stop_reason": paired.stop_reason,
+    }
+
+
 def describe_error(error: BaseException) -> str:
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"{type(error).__name__}: {message}"[:500]
@@ -160,8 +205,10 @@ class CaseRunner:
 
     def run(self, case: Case, test: str = "inference", time_fn: TimeFn | None = None) -> dict[str, Any]:
         """Measure `case` and record its row. Raises CaseFailed (after recording) when it fails."""
+        if _paced(time_fn):  # optbench ab: the sessions are paired, each case is timed alone
+            self.state.paired = False
         if case.skip_reason:
-            row = {**self._identity(case, test, True), "status": "skipped", "reason": case.skip_reason}
+            row = {**self._identity(case, test, True), "status": Status.SKIPPED, "reason": case.skip_reason}
             row["timestamp"] = now()
             self.state.record(row)
             return row
@@ -169,7 +216,7 @@ class CaseRunner:
             # Speedup needs the eager baseline from this run; measure it if the user deselected it.
             self._measure(case.baseline(), test, plain_timer, selected=False)
         row = self._measure(case, test, time_fn or plain_timer, selected=True)
-        if row["status"] not in ("passed", "skipped") and not (
+        if row["status"] not in (Status.PASSED, Status.SKIPPED) and not (
             self.state.record_only and row["status"] in ACCURACY_STATUSES
         ):
             raise CaseFailed(row["reason"])
@@ -187,9 +234,8 @@ class CaseRunner:
             state.reference_attempts.add(case.group)  # measured once per group, even if it fails
         started = time.perf_counter()
         row = self._identity(case, test, selected)
-        trace = None
         try:
-            row["status"] = "passed"
+            row["status"] = Status.PASSED
             if case.mode == DATA:
                 self._data(case, row, time_fn)
             else:
@@ -200,11 +246,16 @@ class CaseRunner:
                 measure = self._training if case.mode == TRAINING else self._inference
                 measure(case, row, weights, time_fn)
         except NotApplicable as why:  # the technique saw the case and does not apply to it
-            row["status"], row["reason"] = "skipped", str(why)
+            row["status"], row["reason"] = Status.SKIPPED, str(why)
+        except CallTimeout as why:
+            row["status"], row["reason"] = Status.TIMEOUT, str(why)
+            if row.get("hardware_note"):
+                row["reason"] += f" (likely the hardware: {row['hardware_note']})"
         except Exception as error:  # a failing technique is a failed row; the run goes on
-            row["status"] = "oom" if _is_oom(error) else "failed"
+            row["status"] = Status.OOM if _is_oom(error) else Status.FAILED
             row["reason"] = describe_error(error)
-            trace = traceback.format_exc()
+            if row.get("hardware_note"):  # the library's message rarely says the hardware is missing
+                row["reason"] += f" (likely the hardware: {row['hardware_note']})"
         finally:
             gc.collect()
             if case.device == "cuda" and torch.cuda.is_available():
@@ -212,14 +263,12 @@ class CaseRunner:
         # Before the peak columns: the first row would otherwise hold the machine's one-time ceiling
         # measurement (tens of seconds) in its own duration.
         row["duration_s"] = time.perf_counter() - started
-        if "latency_ms_median" in row and row["status"] not in ("failed", "oom"):
+        if "latency_ms_median" in row and row["status"] not in (Status.FAILED, Status.OOM):
             row["reference_ms"] = reference_ms(case.device)
             self._add_speedup(case, row)
             self._add_peak(case, row)
         row["timestamp"] = now()
         state.record(row)
-        if trace:
-            row["error_trace"] = trace  # for the test's failure message only, not the table
         return row
 
     def _inference(self, case: Case, row: dict[str, Any], weights: Any, time_fn: TimeFn) -> None:
@@ -227,6 +276,7 @@ class CaseRunner:
         measured = measure_case(case, weights, state.setup, time_fn)
         row.update(measured.columns)
         row["samples_ms"] = measured.samples_ms
+        row.update(paired_columns(measured.paired))
         labels = weights.eval_set(state.eval_limit)[1] if measured.logits is not None else None
         row.update(self._judge(case, measured.logits, measured.logits_again, labels, measured.nonfinite))
 
@@ -237,8 +287,9 @@ class CaseRunner:
         measured = measure_training(case, weights, self.state.setup, time_fn)
         row.update(measured.columns)
         row["samples_ms"] = measured.samples_ms
+        row.update(paired_columns(measured.paired))
         if measured.nonfinite:
-            row.update(status="nan_output", reason="the first training step's loss is not finite")
+            row.update(status=Status.NAN_OUTPUT, reason="the first training step's loss is not finite")
             return
         base = row if case.technique == BASELINE else self.state.baselines.get(case.group)
         row.update(verdict(row, base, case.spec.num_classes))
@@ -266,7 +317,7 @@ class CaseRunner:
             state.references[case.group] = Reference(logits, deterministic)
             if not deterministic:
                 columns = {
-                    "status": "nondeterministic_baseline",
+                    "status": Status.NONDETERMINISTIC_BASELINE,
                     "reason": "eager fp32 gave different outputs for the same inputs twice",
                 }
         # Eager compared with itself never fails accuracy, so its determinism status stands alone.
@@ -285,15 +336,15 @@ class CaseRunner:
             row["peak_mem_vs_fp32"] = row["peak_mem_delta_mb"] / base["peak_mem_delta_mb"]
         if base.get("size_compressed_bytes") and row.get("size_compressed_bytes"):
             row["size_reduction"] = 100 * (1 - row["size_compressed_bytes"] / base["size_compressed_bytes"])
-        if base is row:
-            row["speedup"] = row["speedup_ci95_low"] = row["speedup_ci95_high"] = 1.0
-            return
         # Data cases: an epoch's time is what a pipeline changes, stalls included: compare means.
         statistic = "mean" if case.mode == DATA else "median"
-        row["speedup"] = base[f"latency_ms_{statistic}"] / row[f"latency_ms_{statistic}"]
-        row["speedup_ci95_low"], row["speedup_ci95_high"] = speedup_interval(
-            base["samples_ms"], row["samples_ms"], statistic
-        )
+        base_samples = None if base is row else base["samples_ms"]  # None: its own baseline, 1.0
+        found = speedup_columns(row["samples_ms"], base_samples, case.batch_size, statistic)
+        if row.get("speedup_method") == "paired":  # timed against eager: its paired speedup stands
+            found = {k: v for k, v in found.items() if not k.startswith("speedup")}
+        else:
+            found["speedup_method"] = "bootstrap" if base is not row else "baseline"
+        row.update(found)
 
     def _add_peak(self, case: Case, row: dict[str, Any]) -> None:
         if self.state.ceilings is not None:
