@@ -42,6 +42,9 @@ class Profile:
     """Training cases: steps of the short seeded training (--converge-steps)."""
     pipeline_images: int = 256
     """Data cases: JPEGs in the generated dataset (--pipeline-images)."""
+    call_timeout_s: float = 60.0
+    """A case one call of which takes longer than this stops there, as a timeout row (--call-timeout):
+    bf16 on a CPU without native bf16 can take a minute a call."""
 
 
 PROFILES: dict[str, Profile] = {
@@ -60,6 +63,7 @@ PROFILES: dict[str, Profile] = {
             ),
             converge_steps=30,
             pipeline_images=48,
+            call_timeout_s=10.0,
         ),
         Profile(
             "default",
@@ -86,6 +90,7 @@ PROFILES: dict[str, Profile] = {
             ),
             converge_steps=300,
             pipeline_images=1024,
+            call_timeout_s=300.0,
         ),
     )
 }

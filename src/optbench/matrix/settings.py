@@ -83,7 +83,9 @@ NAME_MAX = 200
 
 def _run_id(flag: str, value: str) -> None:
     if len(value.encode()) > NAME_MAX:
-        raise UsageProblem(f"{flag} is {len(value.encode())} bytes long; it names a folder: at most {NAME_MAX}")
+        raise UsageProblem(
+            f"{flag} is {len(value.encode())} bytes long; it names a folder: at most {NAME_MAX}"
+        )
     if not RUN_ID.fullmatch(value) or value in (".", ".."):
         raise UsageProblem(
             f"{flag} {value!r} may hold only letters, digits, '.', '_', '+' and '-' (it names a folder "
@@ -197,6 +199,16 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds of timing per case",
         "timing",
         profile_default="timing.budget_s",
+        range=Range(0, error="{flag} takes a positive number of seconds, got {value:g}", open_low=True),
+        in_manifest=True,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "call_timeout",
+        "number",
+        "seconds one call of a case may take: a case past it stops after that call and is a timeout row",
+        "timing",
+        profile_default="call_timeout_s",
         range=Range(0, error="{flag} takes a positive number of seconds, got {value:g}", open_low=True),
         in_manifest=True,
         metavar="SECONDS",

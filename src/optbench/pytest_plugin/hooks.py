@@ -6,12 +6,8 @@ thin benchmark tests that ask for `optbench_case` and hand it to `optbench_run`.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import logging
-import os
-import secrets
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,10 +16,22 @@ import pytest
 
 from optbench.errors import UnknownNameError, UsageProblem
 from optbench.matrix.profiles import get_profile
-from optbench.pytest_plugin.options import DEVICES, add_options, option_values, results_dir, selection
 
-_STATE_KEY = pytest.StashKey["Any"]()
-_ERROR_KEY = pytest.StashKey[pytest.UsageError]()
+# The plugin's hooks of other concerns, found by pluggy through these names (a thin hub, like
+# pytest-benchmark's): the end-of-run gate and claims, and the terminal table.
+from optbench.pytest_plugin.gating import pytest_sessionfinish  # noqa: F401
+from optbench.pytest_plugin.options import DEVICES, add_options, option_values, results_dir, selection
+from optbench.pytest_plugin.run_folder import (
+    _keep_shard,
+    _new_run_id,
+    _point_latest,
+    _take_machine,
+    _write_manifest,
+)
+from optbench.pytest_plugin.stash import ERROR_KEY as _ERROR_KEY
+from optbench.pytest_plugin.stash import STATE_KEY as _STATE_KEY
+from optbench.pytest_plugin.terminal import pytest_terminal_summary  # noqa: F401
+
 _FAMILIES = (
     "baseline",
     "precision",
@@ -149,23 +157,6 @@ def _marks(case: Any) -> list[pytest.MarkDecorator]:
     return [getattr(pytest.mark, name) for name in names]
 
 
-def _new_run_id() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def _point_latest(results: Path, run_dir: Path) -> None:
-    latest = results / "latest"
-    tmp = results / f".latest-{os.getpid()}"
-    try:
-        if tmp.is_symlink() or tmp.exists():
-            tmp.unlink()
-        tmp.symlink_to(run_dir.relative_to(results), target_is_directory=True)
-        os.replace(tmp, latest)  # atomic: a reader never sees latest missing
-    except OSError:
-        # No symlinks (some Windows setups): name the run in a file instead.
-        (results / "LATEST").write_text(run_dir.name + "\n")
-
-
 @pytest.hookimpl(trylast=True)  # after -k and -m deselect: the shard plan and run.json see what runs
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
@@ -221,6 +212,7 @@ def pytest_collection_modifyitems(
         ),
         timing=profile.timing.with_overrides(option["time_budget"], option["target_precision"]),
         timing_shape=option["timing_shape"],
+        call_timeout_s=option["call_timeout"],
         ceilings=Ceilings(),
         repo_dir=str(config.rootpath),
     )
@@ -231,61 +223,6 @@ def pytest_collection_modifyitems(
     bench_session = getattr(config, "_benchmarksession", None)
     if bench_session is not None and not getattr(bench_session, "json", None):
         bench_session.json = run_dir / "benchmark.json"
-
-
-def _cases(items: list[pytest.Item]) -> dict[pytest.Item, Any]:
-    params = ((item, getattr(getattr(item, "callspec", None), "params", {})) for item in items)
-    return {item: p["optbench_case"] for item, p in params if "optbench_case" in p}
-
-
-def _keep_shard(config: pytest.Config, items: list[pytest.Item], shard: Any) -> None:
-    """Keep this shard's groups of cases (and any non-benchmark test), deselect the rest."""
-    from optbench.matrix.shard import plan
-
-    cases = _cases(items)
-    groups: dict[Any, list[str]] = {}
-    for case in cases.values():
-        groups.setdefault(case.group, []).append(case.id)
-    durations = None
-    if config.getoption("shard_durations"):
-        from optbench.results import load
-
-        earlier = load(config.getoption("shard_durations"))
-        durations = dict(zip(earlier["case_id"], earlier["duration_s"].fillna(0.0), strict=True))
-    mine = set(plan(groups, shard.count, durations)[shard.index - 1])
-    config.stash[_STATE_KEY]["matrix_cases"] = len(cases)
-    deselected = [item for item, case in cases.items() if case.group not in mine]
-    if deselected:
-        config.hook.pytest_deselected(items=deselected)
-        gone = set(deselected)
-        items[:] = [item for item in items if item not in gone]
-
-
-def _write_manifest(
-    config: pytest.Config, state: dict[str, Any], run_id: str, run_dir: Path, items: list[pytest.Item]
-) -> None:
-    from dataclasses import asdict
-
-    from optbench.catalog.machine import git_sha, machine_info
-    from optbench.matrix.settings import MANIFEST_OPTIONS
-    from optbench.results.manifest import Manifest
-
-    chosen = state["selection"]
-    selection = {k: v for k, v in asdict(chosen).items() if k not in ("shard", "models_given")}
-    options = (*MANIFEST_OPTIONS, "keyword", "markexpr")  # the in_manifest options, then pytest's -k and -m
-    settings = {name: getattr(config.option, name, None) for name in options}
-    cases = [case.id for case in _cases(items).values()]
-    info = machine_info()
-    Manifest(
-        run_id=run_id,
-        git_sha=git_sha(str(config.rootpath)),
-        config={**selection, **settings},
-        cases=cases,
-        matrix_cases=state.get("matrix_cases", len(cases)),
-        shard=str(chosen.shard) if chosen.shard is not None else None,
-        machine_fingerprint=info["fingerprint"],
-        versions={k: info[k] for k in ("torch", "torchvision", "python")},
-    ).write(run_dir)
 
 
 def _warn_weak_model(row: dict[str, Any], warned: set[str]) -> None:
@@ -363,24 +300,6 @@ def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[An
     return run
 
 
-def _take_machine(config: pytest.Config, state: dict[str, Any], run_id: str, wait: bool) -> None:
-    """The cache folder's timing lock (pytest_plugin/lock.py): a second run timing on this machine at
-    once is told in one line, or waits. `optbench ab`'s two sessions share the machine on purpose."""
-    if config.pluginmanager.get_plugin("optbench_lockstep") is not None:
-        return
-    from optbench.catalog.checkpoints import cache_dir
-    from optbench.pytest_plugin.lock import MachineLock
-
-    lock = MachineLock(cache_dir())
-    if wait:
-        print(f"optbench: waiting for the machine ({lock.path})", file=sys.stderr)
-    warning = lock.acquire(run_id, wait=wait)
-    state["lock"] = lock
-    if warning:
-        state["lock_warning"] = warning
-        print(warning, file=sys.stderr)
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(_STATE_KEY, {})
     run = state.get("run")
@@ -388,95 +307,3 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         run.writer.close()
     if state.get("lock") is not None:
         state["lock"].release()
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """--optbench-compare: gate the finished run against the baseline; a regression fails the session."""
-    config = session.config
-    state = config.stash.get(_STATE_KEY, {}) if hasattr(config, "stash") else {}
-    baseline = config.getoption("optbench_compare", None)
-    run = state.get("run")
-    if baseline is None or run is None or not run.rows:
-        return
-    from optbench.gate.config import load_gate_config
-    from optbench.gate.render import markdown, verdicts_json
-    from optbench.gate.verdicts import (
-        apply_confirmation,
-        asked_for,
-        compare,
-        failed,
-        nothing_gated,
-        to_confirm,
-    )
-    from optbench.results import load
-    from optbench.results.manifest import manifest_near
-
-    try:  # the baseline was read when the run started; it may have changed since
-        base, head = load(baseline), load(state["run_dir"])
-        gate_config = load_gate_config(config.rootpath / "pyproject.toml")
-    except (FileNotFoundError, UsageProblem) as error:
-        _gate_input_error(session, state, str(error))
-        return
-    asked = asked_for(manifest_near(baseline), manifest_near(state["run_dir"]))
-    verdicts = compare(base, head, gate_config, asked)
-    empty = nothing_gated(verdicts)
-    if empty:  # never a pass: the run's rows stay, the gate says why it could not judge
-        _gate_input_error(session, state, empty)
-        return
-    order = to_confirm(verdicts)
-    budget = config.getoption("gate_confirm_budget", 0.0) or 0.0
-    if order and budget > 0:
-        from optbench.pytest_plugin.remeasure import remeasure
-
-        cases = {
-            case.id: (case, item.originalname.removeprefix("test_"))
-            for item, case in _cases(session.items).items()
-        }
-        folder, measured = remeasure(run, cases, order, state["run_dir"], budget)
-        if measured:
-            apply_confirmation(verdicts, compare(base, load(folder), gate_config), measured)
-    text = markdown(verdicts, base, head)
-    (state["run_dir"] / "gate.md").write_text(text, encoding="utf-8")
-    (state["run_dir"] / "gate.json").write_text(verdicts_json(verdicts), encoding="utf-8")
-    state["gate"] = text
-    if failed(verdicts) and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def _gate_input_error(session: pytest.Session, state: dict[str, Any], message: str) -> None:
-    """--optbench-compare could not judge the run: one line at the end, pytest's usage-error code."""
-    state["gate_error"] = f"optbench gate: error: --optbench-compare: {message}"
-    session.exitstatus = pytest.ExitCode.USAGE_ERROR
-
-
-@pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables, so ours is the last thing shown
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    state = config.stash.get(_STATE_KEY, {}) if hasattr(config, "stash") else {}
-    run = state.get("run")
-    if run is None or not run.rows:
-        return
-    import pandas as pd
-
-    from optbench.report.summary import run_summary
-
-    terminalreporter.write_sep("=", "optbench: speedup vs eager fp32 (median latency ms)")
-    frame = pd.DataFrame(run.rows)
-    terminalreporter.write_line(run_summary(frame))
-    terminalreporter.write_line("")
-    from optbench.report.claims import claims_markdown, claims_table
-
-    (state["run_dir"] / "claims.md").write_text(claims_markdown(frame), encoding="utf-8")
-    terminalreporter.write_line("")
-    terminalreporter.write_line(claims_table(frame).rstrip("\n"))
-    terminalreporter.write_line("")
-    terminalreporter.write_line(f"full table: {state['run_dir'] / 'results.csv'}  ({len(run.rows)} rows)")
-    terminalreporter.write_line(f"claims: {state['run_dir'] / 'claims.md'}")
-    if state.get("lock_warning"):
-        terminalreporter.write_line(state["lock_warning"], yellow=True)
-    if state.get("gate_error"):
-        terminalreporter.write_line("")
-        terminalreporter.write_line(state["gate_error"], red=True)
-    if state.get("gate"):
-        terminalreporter.write_line("")
-        terminalreporter.write_line(state["gate"].rstrip("\n"))
-        terminalreporter.write_line(f"gate: {state['run_dir'] / 'gate.md'}, {state['run_dir'] / 'gate.json'}")
