@@ -66,7 +66,7 @@ def test_both_measurements_count_once_each():
     assert again["slowed"].p_adjusted < CONFIG.for_case("slowed").alpha
     # 1.30 then 0.95 is 1.11 together, but fresh sessions that run it faster do not confirm a slowdown.
     assert again["burst"].ratio > 1.1 and again["burst"].verdict == UNCHANGED
-    assert "do not lean slower" in again["burst"].reason
+    assert "not significant" in again["burst"].reason or "do not lean slower" in again["burst"].reason
     assert [v.confirmed for v in verdicts] == [True, False]
 
 
@@ -142,3 +142,22 @@ def test_a_budget_too_small_leaves_the_regression_failing_unconfirmed(tmp_path):
     assert verdicts[0].confirmed is None and failed(verdicts)
     assert run.confirmation["left_out"] == ["m-x-cpu-bs1"]
     assert "raise `--confirm-budget`" in confirmation_notes(run.confirmation)[0]
+
+
+def test_the_first_measurement_sets_the_size_never_the_significance():
+    """A first ratio of 1.10 (the pairs that flagged it) with fresh pairs around 1.00 does not confirm:
+    before, the test ran on both measurements' pairs together, and the first pairs carried it."""
+    verdicts = [_flagged("flagged", 1.10)]
+    first = {"flagged": _pairs(1.10, seed=11)}
+    for seed in range(20):  # whichever way noise makes the fresh sessions lean
+        fresh = {"flagged": _pairs(1.00, seed=100 + seed)}
+        again = ab_confirm.judge(list(verdicts), ["flagged"], first, fresh, CONFIG)
+        assert again["flagged"].verdict == UNCHANGED, (seed, again["flagged"].reason)
+
+
+def test_fresh_sessions_that_do_not_lean_slower_refute_on_their_own():
+    verdicts = [_flagged("case", 1.30)]
+    again = ab_confirm.judge(
+        verdicts, ["case"], {"case": _pairs(1.30, seed=1)}, {"case": _pairs(0.97, seed=2)}, CONFIG
+    )
+    assert again["case"].verdict == UNCHANGED and verdicts[0].confirmed is False and not failed(verdicts)

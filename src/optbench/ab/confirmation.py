@@ -7,16 +7,14 @@ slices then agrees, so the signed-rank test is confident, and no pairing inside 
 removes it: in a diagnostic run here, an unchanged case came out 6.8% slower with p = 0.00006. New processes
 draw that effect anew, so a real regression shows again and a session effect rarely does twice.
 
-How the two measurements are weighed: the size of the change is the geometric mean of the two
-measurements' median paired ratios, each pair of sessions counting once; its significance is the
-one-sided signed-rank test on both measurements' pairs together, corrected over the cases measured
-again; and the second measurement must itself lean slower (median ratio above 1). A session effect of
-+6.8% then needs the fresh sessions to come out above +3.2% too, while a real 10% slowdown that one
-pair of sessions happened to measure at +2.5% is still confirmed. Measured reason: judging the second
-measurement alone against the threshold refuted a calibrated 10% slowdown (1.086, then 1.025: 1.055
-together) and so missed 1 of 8 in a live run. On 34 recorded confirmations the rule here changes
-two verdicts, both injected slowdowns now confirmed: that one, and a 5% one (1.059, then 1.053). In
-77 live runs with it, no A/A run failed and every 10% and 25% slowdown did. No torch here."""
+How the two measurements are weighed: the first measurement flagged the case, so it may set the size
+of the change but never its significance. The size is the geometric mean of the two measurements'
+median paired ratios (each pair of sessions counting once) and must pass the threshold; the
+significance is the one-sided signed-rank test on the fresh sessions' pairs alone, corrected over the
+cases measured again; and the fresh sessions must lean slower (median ratio above 1). Before, the test
+ran on both measurements' pairs together, so the pairs that flagged a case nearly guaranteed its
+significance and a first session effect of +10% was confirmed whenever the fresh sessions leaned
+slower at all: a coin flip on identical code. No torch here."""
 
 from __future__ import annotations
 
@@ -80,8 +78,8 @@ def judge(
     pairs: dict[str, list[paired.Pair]],
     config: Any,
 ) -> dict[str, Verdict]:
-    """Judge `cases` on the first measurement's pairs (`first`) and the second's (`pairs`) together,
-    as the module says, and mark each first verdict confirmed or not. A case the second measurement
+    """Judge `cases` on the second measurement's pairs (`pairs`), with the size of the change from
+    both (`first` too), as the module says, and mark each first verdict confirmed or not. A case the second measurement
     could not judge (its session crashed, too few pairs) stays unconfirmed-and-failing: only a
     measurement that ran can refute a regression. Returns the second verdicts."""
     from optbench.ab.outcome import GATED
@@ -95,8 +93,8 @@ def judge(
         return math.sqrt(one * two) if one > 0 else two
 
     second = [Verdict(case_id, GATED, UNCHANGED) for case_id in measured]
-    together = {c: first.get(c, []) + pairs[c] for c in measured}
-    judged = paired.decide(second, together, config.correction, config.for_case, effect=both)
+    fresh = {c: pairs[c] for c in measured}  # significance from the fresh data alone
+    judged = paired.decide(second, fresh, config.correction, config.for_case, effect=both)
     for v in second:
         one, two = medians[v.case_id]
         v.reason = f"measured {two:.3g}, first {one:.3g}: {v.reason}"
