@@ -15,8 +15,9 @@ from optbench.errors import UsageProblem
 from optbench.gate.config import GateConfig, Thresholds, parse_gate_config
 from optbench.gate.exports import bencher_metric_format, github_action_benchmark
 from optbench.gate.render import markdown, verdicts_json
-from optbench.gate.verdicts import _correct, apply_confirmation, compare, failed, to_confirm
+from optbench.gate.verdicts import apply_confirmation, compare, failed, to_confirm
 from optbench.results import ResultsWriter, load
+from optbench.results.stats import adjust_p as _correct
 
 RNG = np.random.default_rng(0)
 
@@ -276,6 +277,39 @@ def test_configuration_overrides_and_acknowledged_regressions():
 def test_bad_configuration_is_one_line(table, message):
     with pytest.raises(UsageProblem, match=message):
         parse_gate_config(table)
+
+
+def test_each_gate_key_is_declared_once_with_its_check_and_its_docs_row():
+    from optbench.gate.config import gate_settings_markdown
+
+    keys = "latency_pct, ab_latency_pct, alpha, accuracy_drop, size_pct, memory_pct, fail_on_improvement_pct"
+    with pytest.raises(UsageProblem) as raised:
+        parse_gate_config({"latency": 10})
+    assert (
+        str(raised.value) == f"[tool.optbench.gate]: unknown key 'latency'; valid keys: {keys}, min_samples"
+    )
+    with pytest.raises(UsageProblem, match=r'cases\."m-\*": alpha must be between 0 and 1, got 0'):
+        parse_gate_config({"cases": {"m-*": {"alpha": 0}}})
+    with pytest.raises(UsageProblem, match="min_samples must be a non-negative number, got True"):
+        parse_gate_config({"min_samples": True})
+    config = parse_gate_config({"min_samples": 8, "latency_pct": 12, "correction": "bh"})
+    assert config.thresholds.min_samples == 8 and isinstance(config.thresholds.min_samples, int)
+    assert config.thresholds.latency_pct == 12.0 and isinstance(config.thresholds.latency_pct, float)
+    assert config.correction == "bh" and GateConfig().correction == "holm"
+    assert Thresholds() == parse_gate_config({}).thresholds
+    rows = gate_settings_markdown().splitlines()
+    assert rows[0] == "| key | type | default | help |"
+    assert [row.split("`")[1] for row in rows[2:]] == [
+        *keys.split(", "),
+        "min_samples",
+        "correction",
+        'cases."PATTERN"',
+        "ignore",
+    ]
+    assert rows[2].startswith("| `latency_pct` | number >= 0 | `10.0` | A latency change smaller")
+    assert rows[4].startswith("| `alpha` | number in (0, 1) | `0.01` |")
+    assert rows[8].startswith("| `fail_on_improvement_pct` | number >= 0 | - |")
+    assert rows[10].startswith("| `correction` | `holm` or `bh` | `holm` |")
 
 
 def test_markdown_and_json_and_exports():

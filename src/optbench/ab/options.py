@@ -3,8 +3,6 @@ anything is started. No torch."""
 
 from __future__ import annotations
 
-import datetime as dt
-import secrets
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -79,7 +77,9 @@ def gate_config(options: AbOptions) -> Any:
 
 def output_folder(options: AbOptions) -> Path:
     """--out (default results/ab/<time>), created; one that holds anything is refused."""
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+    from optbench.results.manifest import new_run_id
+
+    stamp = new_run_id()
     out = (options.out or Path("results") / "ab" / stamp).resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageProblem(f"--out {out} already exists and is not empty; nothing is overwritten")

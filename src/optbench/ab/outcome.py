@@ -64,7 +64,7 @@ def gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
 
     base, head = run.sides["base"], run.sides["head"]
     manifests = {name: read_manifest(side.results) for name, side in run.sides.items()}
-    profile = (manifests["head"] or {}).get("config", {}).get("profile")
+    profile = manifests["head"].config.get("profile") if manifests["head"] else None
     for side in run.sides.values():
         write_rounds(run.out, side.name, side.rows, manifests[side.name])
         pooled = pool([r.row for r in side.rows], profile)

@@ -5,11 +5,12 @@ come from optbench.results.derive, as the runner's do. No torch."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from optbench.results.manifest import Manifest, manifest_near
 
 if TYPE_CHECKING:
     from optbench.gate.paired import Pair
@@ -135,7 +136,7 @@ def paired_slices(
     return pairs
 
 
-def write_run(folder: Path, rows: list[dict[str, Any]], manifest: dict[str, Any] | None, run_id: str) -> None:
+def write_run(folder: Path, rows: list[dict[str, Any]], manifest: Manifest | None, run_id: str) -> None:
     """A run folder of `rows` (their known columns), with the session's manifest under `run_id`."""
     from optbench.results import COLUMN_NAMES, JSON_ONLY, ResultsWriter
 
@@ -147,20 +148,17 @@ def write_run(folder: Path, rows: list[dict[str, Any]], manifest: dict[str, Any]
     finally:
         writer.close()
     if manifest is not None:
-        data = {**manifest, "run_id": run_id, "cases": [str(r["case_id"]) for r in rows]}
-        (folder / "run.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        replace(manifest, run_id=run_id, cases=[str(r["case_id"]) for r in rows]).write(folder)
 
 
-def write_rounds(out: Path, name: str, rows: list[SessionRow], manifest: dict[str, Any] | None) -> None:
+def write_rounds(out: Path, name: str, rows: list[SessionRow], manifest: Manifest | None) -> None:
     """One run folder per round (out/rounds/<name>-<r>/)."""
     for r in sorted({row.round for row in rows}):
         these = [row.row for row in rows if row.round == r]
         write_run(out / "rounds" / f"{name}-{r}", these, manifest, f"{name}-{r}")
 
 
-def read_manifest(results: Path) -> dict[str, Any] | None:
-    """The run.json beside a session's results file, None if it has none."""
-    try:
-        return json.loads((results.parent / "run.json").read_text())
-    except (OSError, ValueError):
-        return None
+def read_manifest(results: Path) -> Manifest | None:
+    """The run.json beside a session's results file, None if it has none (or one this optbench cannot
+    read: that side's folders are then written without it)."""
+    return manifest_near(results)

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from optbench.results.stats import adjust_p, bootstrap_interval
+
 
 def split(samples: list[float], ends: list[int]) -> list[list[float]]:
     """The samples of each slice, given the sample counts at which the timer paused."""
@@ -69,12 +71,8 @@ def signed_rank_p(found: list[float], alternative: str = "two-sided") -> float:
 
 
 def ratio_interval(ratios: list[float], seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the median paired ratio."""
-    values = np.asarray(ratios, dtype=float)
-    rng = np.random.default_rng(seed)
-    medians = np.median(rng.choice(values, size=(2000, len(values)), replace=True), axis=1)
-    low, high = np.percentile(medians, [2.5, 97.5])
-    return float(low), float(high)
+    """95% percentile-bootstrap interval of the median paired ratio (the pairs are the resampled unit)."""
+    return bootstrap_interval((ratios,), np.median, seed=seed)
 
 
 def decide(
@@ -89,14 +87,14 @@ def decide(
     (`thresholds(case_id)` gives the case's Thresholds). `effect(case_id, ratios)` replaces the median
     ratio as the size of the change (the confirmation weighs two measurements equally). Returns the
     case ids so judged; the others keep their verdict."""
-    from optbench.gate.verdicts import IMPROVED, REGRESSED, UNCHANGED, _correct
+    from optbench.gate.verdicts import IMPROVED, REGRESSED, UNCHANGED
 
     judged = [v for v in verdicts if len(ratios(pairs.get(v.case_id, []))) >= MIN_PAIRS]
     found_by_case = [ratios(pairs[v.case_id]) for v in judged]
     # Each direction is its own family of claims, corrected on its own.
     slower_p = [signed_rank_p(found, "greater") for found in found_by_case]
     faster_p = [signed_rank_p(found, "less") for found in found_by_case]
-    slower_adjusted, faster_adjusted = _correct(slower_p, correction), _correct(faster_p, correction)
+    slower_adjusted, faster_adjusted = adjust_p(slower_p, correction), adjust_p(faster_p, correction)
     for i, (v, found) in enumerate(zip(judged, found_by_case, strict=True)):
         t = thresholds(v.case_id)
         v.ratio = float(effect(v.case_id, found) if effect else np.median(found))

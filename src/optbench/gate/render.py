@@ -8,9 +8,19 @@ from typing import Any
 
 import pandas as pd
 
-from optbench.gate.verdicts import IMPROVED, MACHINE_CHANGED, NOT_COMPARABLE, REGRESSED, Verdict, failed
+from optbench.gate.verdicts import (
+    IMPROVED,
+    MACHINE_CHANGED,
+    MISSING,
+    NEW,
+    NOT_COMPARABLE,
+    REGRESSED,
+    UNCHANGED,
+    Verdict,
+    failed,
+)
 
-_ORDER = {REGRESSED: 0, IMPROVED: 1, "not_comparable": 2, "new": 3, "missing": 4, "unchanged": 5}
+_ORDER = {REGRESSED: 0, IMPROVED: 1, NOT_COMPARABLE: 2, NEW: 3, MISSING: 4, UNCHANGED: 5}
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -31,7 +41,7 @@ def headline(verdicts: list[Verdict]) -> str:
     parts = [regressed, f"{counts[IMPROVED]} improved"]
     if refuted:
         parts.append(f"{refuted} not confirmed")
-    parts += [f"{counts[k]} {k.replace('_', ' ')}" for k in ("not_comparable", "new", "missing") if counts[k]]
+    parts += [f"{counts[k]} {k.replace('_', ' ')}" for k in (NOT_COMPARABLE, NEW, MISSING) if counts[k]]
     if acknowledged:
         parts.append(f"{acknowledged} acknowledged")
     return f"optbench gate: {state} — {', '.join(parts)} (metrics of {cases} cases)"
@@ -71,7 +81,7 @@ def markdown(
     # Another machine makes every case's absolute latency and memory not comparable: one line, not
     # two table rows per case.
     machine = [v for v in verdicts if v.verdict == NOT_COMPARABLE and v.reason.startswith(MACHINE_CHANGED)]
-    shown = [v for v in verdicts if (v.verdict != "unchanged" or v.reason) and v not in machine]
+    shown = [v for v in verdicts if (v.verdict != UNCHANGED or v.reason) and v not in machine]
     if shown:
         lines += [
             "| case | metric | baseline | this run | ratio | 95% interval | p (corrected) | verdict |",

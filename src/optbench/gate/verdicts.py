@@ -17,6 +17,7 @@ import pandas as pd
 from scipy import stats
 
 from optbench.gate.config import GateConfig, Thresholds
+from optbench.results.stats import adjust_p
 from optbench.results.values import number as _num
 
 REGRESSED, IMPROVED, UNCHANGED = "regressed", "improved", "unchanged"
@@ -88,22 +89,6 @@ def _latency(case_id: str, metric: str, base: np.ndarray, head: np.ndarray, t: T
     return Verdict(
         case_id, metric, UNCHANGED, float(np.median(base)), float(np.median(head)), ratio, low, high, p
     )
-
-
-def _correct(p_values: list[float], method: str) -> list[float]:
-    """Adjusted p-values: Holm's step-down (family-wise) or Benjamini-Hochberg (false discovery rate)."""
-    if not p_values:
-        return []
-    if method == "bh":
-        return [float(p) for p in stats.false_discovery_control(np.asarray(p_values), method="bh")]
-    order = np.argsort(p_values)
-    m = len(p_values)
-    adjusted = np.empty(m)
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[index]))
-        adjusted[index] = running
-    return [float(p) for p in adjusted]
 
 
 def _decide_latency(v: Verdict, t: Thresholds) -> None:
@@ -261,7 +246,7 @@ def compare(
         else:
             verdicts.append(Verdict(case_id, "case", MISSING, reason="in the baseline, not in this run"))
     tested = [v for v in latency if v.p_value is not None]
-    for v, adjusted in zip(tested, _correct([v.p_value for v in tested], config.correction), strict=True):  # type: ignore[misc]
+    for v, adjusted in zip(tested, adjust_p([v.p_value for v in tested], config.correction), strict=True):  # type: ignore[misc]
         v.p_adjusted = adjusted
         _decide_latency(v, config.for_case(v.case_id))
     verdicts += latency

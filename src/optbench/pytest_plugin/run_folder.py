@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
-import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,9 @@ from optbench.pytest_plugin.stash import STATE_KEY as _STATE_KEY
 
 
 def _new_run_id() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+    from optbench.results.manifest import new_run_id
+
+    return new_run_id()
 
 
 def _point_latest(results: Path, run_dir: Path) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from optbench.report.cells import speedup_text
 from optbench.results.values import number as _num
 
 EDGE_SMALLER = 70.0
@@ -43,14 +44,19 @@ def _families(row: pd.Series) -> set[str]:
 
 
 def _speedup_text(row: pd.Series) -> str:
-    low, high = _num(row.get("speedup_ci95_low")), _num(row.get("speedup_ci95_high"))
-    interval = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
-    return f"{_num(row.get('speedup')) or 0:.2f}x{interval}"
+    """The speedup and its interval as every report shows it; a recipe without one reads as none."""
+    return speedup_text(row, missing="0.00x")
 
 
 def _accuracy_text(row: pd.Series) -> str:
     delta = _num(row.get("top1_delta"))
     return "accuracy not measured" if delta is None else f"top-1 {delta * 100:+.1f} points"
+
+
+def _recipe_text(row: pd.Series, speed: str = "") -> str:
+    """'name: 72% smaller, 1.61x [1.55, 1.70]<speed>, top-1 -0.4 points'."""
+    size = _num(row.get("size_reduction")) or 0
+    return f"{row['technique']}: {size:.0f}% smaller, {_speedup_text(row)}{speed}, {_accuracy_text(row)}"
 
 
 def _edge_score(row: pd.Series) -> float:
@@ -94,9 +100,7 @@ def _prune_quantize(frame: pd.DataFrame) -> list[Finding]:
                         model,
                         device,
                         "does not hold",
-                        f"every recipe lost more accuracy than the floor allows; best {best['technique']}: "
-                        f"{_num(best.get('size_reduction')) or 0:.0f}% smaller, {_speedup_text(best)}, "
-                        f"{_accuracy_text(best)}",
+                        "every recipe lost more accuracy than the floor allows; best " + _recipe_text(best),
                     )
                 )
             continue
@@ -113,8 +117,7 @@ def _prune_quantize(frame: pd.DataFrame) -> list[Finding]:
                 model,
                 device,
                 _edge_verdict(best),
-                f"{best['technique']}: {_num(best.get('size_reduction')) or 0:.0f}% smaller, "
-                f"{_speedup_text(best)} faster, {_accuracy_text(best)}",
+                _recipe_text(best, " faster"),
             )
         )
     return findings or [Finding(name, "", "", "no evidence in this run", "no prune+quantize rows")]

@@ -8,11 +8,12 @@ from collections.abc import Callable, Iterable
 
 import pandas as pd
 
+from optbench.report.cells import speedup_text
 from optbench.report.markdown import limits_text, recommendations_frame
 from optbench.report.plots import Plot
 from optbench.report.recommend import Limits, Recommendation
 from optbench.report.runs import Run
-from optbench.report.tables import cross_run, environment, grid, not_passed, speedup_text
+from optbench.report.tables import cross_run, environment, grid, not_passed
 
 RowAttrs = Callable[[pd.Series], dict[str, str]]
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from optbench.errors import UsageProblem
 from optbench.results import load, resolve
+from optbench.results.manifest import Manifest, manifest_near
 
 
 @dataclass
@@ -19,7 +18,8 @@ class Run:
     """Short name in tables: the run folder's name (made unique)."""
     folder: Path
     rows: pd.DataFrame
-    manifest: dict[str, Any]
+    manifest: Manifest | None
+    """Its run.json, None when it has none or none optbench can read."""
 
 
 def read_runs(paths: list[str]) -> list[Run]:
@@ -40,11 +40,5 @@ def read_runs(paths: list[str]) -> list[Run]:
         while label in seen:
             label, n = f"{base}#{n}", n + 1
         seen.add(label)
-        manifest: dict[str, Any] = {}
-        if (folder / "run.json").exists():
-            try:
-                manifest = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-            except ValueError:
-                manifest = {}
-        runs.append(Run(label, folder, rows, manifest))
+        runs.append(Run(label, folder, rows, manifest_near(file)))
     return runs

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from collections.abc import Callable
 
 import pandas as pd
 
+from optbench.report.cells import ACCURACY_FLAGS, cell
 from optbench.results.derive import clear_difference
-
-_SHORT_STATUS = {"skipped": "skip", "failed": "FAILED", "oom": "OOM"}
+from optbench.results.values import number as _num
 
 
 def _unclear(row: pd.Series) -> bool:
@@ -19,37 +18,25 @@ def _unclear(row: pd.Series) -> bool:
     return clear_difference(_num(row.get("speedup_ci95_low")), _num(row.get("speedup_ci95_high"))) is False
 
 
-def _num(value: Any) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)
-
-
 def _cell(row: pd.Series) -> str:
     if row["status"] != "passed":
-        return _SHORT_STATUS.get(row["status"], str(row["status"]))
-    speedup = row.get("speedup")
+        return cell(row, None)
+    speedup = _num(row.get("speedup"))
     median = row["latency_ms_median"]
     marks = "~" if row.get("noisy") else ""
-    if speedup is None or (isinstance(speedup, float) and math.isnan(speedup)):
+    if speedup is None:
         return f"{median:.3g}ms{marks}"
     return f"{speedup:.2f}x{'=' if _unclear(row) else ''} {median:.3g}ms{marks}"
 
 
-_FLAGS = {
-    "fail_accuracy": " FAIL",
-    "nan_output": " NaN",
-    "nondeterministic_baseline": " NONDET",
-    "diverged": " DIVERGED",
-}
-
-
 def _top1_cell(row: pd.Series, prefix: str = "") -> str:
     """'0.975 (+0.003)' from `<prefix>top1` and `<prefix>top1_delta`, flagged by an accuracy status."""
-    top1 = row.get(f"{prefix}top1")
-    if top1 is None or pd.isna(top1):
-        return _SHORT_STATUS.get(row["status"], "-")
-    delta = row.get(f"{prefix}top1_delta")
-    flag = _FLAGS.get(row["status"], "")
-    if delta is None or pd.isna(delta):
+    top1 = _num(row.get(f"{prefix}top1"))
+    if top1 is None:
+        return cell(row, None, otherwise="-")
+    delta = _num(row.get(f"{prefix}top1_delta"))
+    flag = ACCURACY_FLAGS.get(str(row["status"]), "")
+    if delta is None:
         return f"{top1:.3f}{flag}"
     return f"{top1:.3f} ({delta:+.3f}){flag}"
 
@@ -63,15 +50,13 @@ def _converge_cell(row: pd.Series) -> str:
 
 
 def _loader_cell(row: pd.Series) -> str:
-    rate = row.get("loader_samples_per_s")
-    if rate is None or pd.isna(rate):
-        return _SHORT_STATUS.get(row["status"], str(row["status"]))
-    return f"{rate:.0f}/s"
+    rate = _num(row.get("loader_samples_per_s"))
+    return cell(row, None if rate is None else f"{rate:.0f}/s")
 
 
-def _pivot(frame: pd.DataFrame, cell: Any) -> str:
+def _pivot(frame: pd.DataFrame, render: Callable[[pd.Series], str]) -> str:
     frame = frame.copy()
-    frame["cell"] = frame.apply(cell, axis=1)
+    frame["cell"] = frame.apply(render, axis=1)
     techniques = list(dict.fromkeys(frame["technique"]))
     table = frame.pivot_table(
         index=["model", "device", "mode", "batch_size"],

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from optbench.report.cells import SHORT_STATUS, cell, speedup_text
 from optbench.report.runs import Run
 from optbench.results.values import number
 
 GRID_INDEX = ["model", "device", "mode", "batch_size"]
-_SHORT = {"skipped": "skip", "failed": "FAILED", "oom": "OOM", "nan_output": "NaN"}
 MATCH = ("model", "technique", "mode", "batch_size", "input_shape")
 """Cross-run identity: no device, so a CPU run and a GPU run line up."""
-
-
-def speedup_text(row: pd.Series) -> str:
-    speedup = number(row.get("speedup"))
-    if speedup is None:
-        return "-"
-    low, high = number(row.get("speedup_ci95_low")), number(row.get("speedup_ci95_high"))
-    if row.get("technique") == "eager" or low is None or high is None:
-        return f"{speedup:.2f}x"
-    return f"{speedup:.2f}x [{low:.2f}, {high:.2f}]"
 
 
 def accuracy_text(row: pd.Series) -> str:
@@ -33,8 +23,8 @@ def accuracy_text(row: pd.Series) -> str:
 
 def grid_cell(row: pd.Series) -> str:
     status = str(row.get("status"))
-    if status in _SHORT or number(row.get("speedup")) is None:
-        return _SHORT.get(status, status)
+    if status in SHORT_STATUS or number(row.get("speedup")) is None:
+        return cell(row, None)
     text = speedup_text(row)
     accuracy = accuracy_text(row)
     if accuracy:
@@ -92,11 +82,10 @@ def environment(run: Run) -> pd.DataFrame:
     if "timestamp" in frame and frame["timestamp"].notna().any():
         stamps = frame["timestamp"].dropna().astype(str)
         facts.append(("finished", f"{stamps.min()} to {stamps.max()}"))
-    if run.manifest.get("config"):
-        config = run.manifest["config"]
-        profile = config.get("profile") if isinstance(config, dict) else None
-        if profile:
-            facts.append(("profile", str(profile)))
+    config = run.manifest.config if run.manifest is not None else None
+    profile = config.get("profile") if isinstance(config, dict) else None
+    if profile:
+        facts.append(("profile", str(profile)))
     if "shard" in frame and frame["shard"].notna().any():
         facts.append(("merged from shards", ", ".join(sorted(frame["shard"].dropna().astype(str).unique()))))
     statuses = frame["status"].value_counts()

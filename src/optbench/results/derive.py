@@ -8,9 +8,7 @@ from typing import Protocol
 import numpy as np
 from scipy import stats
 
-CONFIDENCE = 0.95
-RESAMPLES = 2000
-SEED = 0
+from optbench.results.stats import bootstrap_interval
 
 
 def _ratio_of_medians(base: np.ndarray, case: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -31,18 +29,7 @@ def speedup_interval(
     base, case = np.asarray(base_ms, dtype=float), np.asarray(case_ms, dtype=float)
     if len(base) < 2 or len(case) < 2:
         return float("nan"), float("nan")
-    result = stats.bootstrap(
-        (base, case),
-        _ratio_of_means if statistic == "mean" else _ratio_of_medians,
-        n_resamples=RESAMPLES,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        vectorized=True,
-        paired=False,
-        rng=np.random.default_rng(SEED),
-    )
-    ci = result.confidence_interval
-    return float(ci.low), float(ci.high)
+    return bootstrap_interval((base, case), _ratio_of_means if statistic == "mean" else _ratio_of_medians)
 
 
 def speedup_columns(

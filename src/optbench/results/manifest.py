@@ -1,16 +1,40 @@
 """run.json: what a run was asked to measure, where and with which code, written when it starts, so a
-sharded run's parts can be checked against each other before they are merged. No torch."""
+sharded run's parts can be checked against each other before they are merged. Also what names a run
+(`new_run_id`) and refuses a newer results format (`refuse_newer_schema`), for run.json and the
+results files alike. No torch."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optbench.results import SCHEMA_VERSION
+from optbench.errors import UsageProblem
+from optbench.results.schema import SCHEMA_VERSION
+from optbench.results.values import number
 
 MANIFEST = "run.json"
+
+
+def new_run_id(now: dt.datetime | None = None) -> str:
+    """A fresh run id: the UTC time to the second and 4 random hex digits (20261205-143100-a449), so
+    runs sort by when they started and two started in the same second do not collide."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return now.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def refuse_newer_schema(version: Any, source: object) -> None:
+    """A UsageProblem when `version`, the schema_version read from `source` (a file), is newer than
+    this optbench reads; nothing when it is not, or is no number (rows without it are version 1)."""
+    found = number(version)
+    if found is not None and found > SCHEMA_VERSION:
+        raise UsageProblem(
+            f"{source} was written by a newer optbench (results schema {found:g}; this one reads up to "
+            f"{SCHEMA_VERSION}): upgrade optbench to read it"
+        )
 
 
 @dataclass
@@ -32,23 +56,19 @@ class Manifest:
     """The results format's version (optbench.results.SCHEMA_VERSION) this run was written in."""
 
     def write(self, run_dir: Path) -> None:
-        (run_dir / MANIFEST).write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+        (run_dir / MANIFEST).write_text(
+            json.dumps(asdict(self), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
 
     @classmethod
     def read(cls, run_dir: Path) -> Manifest:
-        from optbench.errors import UsageProblem
-
         path = run_dir / MANIFEST
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
             version = data.get("schema_version", 1)  # first: a newer format may lack what this one needs
             if not isinstance(version, int):
                 raise ValueError(f"schema_version {version!r} is not a whole number")
-            if version > SCHEMA_VERSION:
-                raise UsageProblem(
-                    f"{path} was written by a newer optbench (results schema {version}; this one reads "
-                    f"up to {SCHEMA_VERSION}): upgrade optbench to read it"
-                )
+            refuse_newer_schema(version, path)
             manifest = cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
         except FileNotFoundError:
             raise UsageProblem(f"{run_dir} has no {MANIFEST}: not an optbench run folder") from None
@@ -62,7 +82,6 @@ class Manifest:
 def manifest_near(path: str | Path) -> Manifest | None:
     """The manifest of the run whose results are at `path` (a run folder or a results file), or None
     when there is none or it cannot be read (a results file copied alone)."""
-    from optbench.errors import UsageProblem
     from optbench.results import resolve
 
     try:

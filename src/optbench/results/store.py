@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from optbench.results.manifest import refuse_newer_schema
 from optbench.results.schema import COLUMN_NAMES, COLUMNS, DTYPES, JSON_ONLY, SCHEMA_VERSION, typed
 
 
@@ -117,13 +118,7 @@ def _read(file: Path) -> pd.DataFrame:
     if "case_id" not in frame.columns:
         raise UsageProblem(f"{file} is not an optbench results file: it has no case_id column")
     if "schema_version" in frame.columns:
-        versions = pd.to_numeric(frame["schema_version"], errors="coerce")
-        newest = versions.max()
-        if pd.notna(newest) and newest > SCHEMA_VERSION:
-            raise UsageProblem(
-                f"{file} was written by a newer optbench (results schema {newest:g}; this one reads up "
-                f"to {SCHEMA_VERSION}): upgrade optbench to read it"
-            )
+        refuse_newer_schema(pd.to_numeric(frame["schema_version"], errors="coerce").max(), file)
     return frame
 
 
