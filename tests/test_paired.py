@@ -238,3 +238,30 @@ def test_one_wild_pair_against_a_large_slowdown_does_not_hide_it():
     assert signed_rank_p(slow) > 0.004  # what the two-sided test gave, before any correction
     assert found["faster"].verdict == UNCHANGED and "for faster" in found["faster"].reason
     assert found["same"].verdict == UNCHANGED
+
+
+@pytest.mark.parametrize("cases", [1, 3, 12, 60])
+def test_the_fewest_pairs_make_a_regression_reachable_and_one_fewer_does_not(cases):
+    from optbench.gate.paired import min_pairs, signed_rank_p
+    from optbench.results.stats import adjust_p
+
+    alpha = 0.01
+    n = min_pairs(alpha, cases)
+    for pairs, reachable in ((n, True), (n - 1, False)):
+        slower = [1.2 + 0.01 * i for i in range(pairs)]  # every pair leans slower: the smallest p
+        unchanged = [1.0 + 0.001 * (-1) ** i * (i + 1) for i in range(pairs)]
+        p = [signed_rank_p(slower, "greater")] + [signed_rank_p(unchanged, "greater")] * (cases - 1)
+        assert (adjust_p(p, "holm")[0] < alpha) == reachable, (cases, pairs)
+
+
+def test_too_few_slices_for_the_gated_cases_are_refused_in_one_line():
+    from optbench.ab.driver import _unreachable
+    from optbench.ab.options import AbOptions
+
+    options = AbOptions(base="HEAD", slices=6, rounds=1)
+    message = _unreachable(options, 0.01, 3)
+    assert message == (
+        "--slices 6 x --rounds 1 gives 6 pairs per case; 3 cases tested one-sided at alpha 0.01 and "
+        "corrected need 9 for any regression to be significant: raise --slices to 9 (or --rounds)"
+    )
+    assert _unreachable(AbOptions(base="HEAD", slices=16, rounds=1), 0.01, 3) is None

@@ -55,6 +55,7 @@ def run_ab(options: AbOptions) -> int:
             setup = Setup(
                 options, pytest_args, {"base": base_sha, "head": head.sha},
                 {"base": base_cwd, "head": cwd}, {"base": base_path, "head": []}, env, plugin_dir,
+                config.thresholds.alpha,
             )  # fmt: skip
             print(
                 f"optbench ab: base {options.base} ({base_sha[:12]}) vs head {head.sha[:12]}"
@@ -98,6 +99,12 @@ def measure(setup: Setup, out: Path, only: list[str] | None) -> Measured:
                 f"{short(base.items[0]) if base.items else 'none'}; head: {len(head.items)}, e.g. "
                 f"{short(head.items[0]) if head.items else 'none'}): nothing to gate"
             )
+        unreachable = None if only is not None else _unreachable(options, setup.alpha, len(common))
+        if unreachable:
+            for side in sides.values():
+                assert side.conn is not None
+                side.conn.send({"abort": "optbench ab: " + unreachable})
+            raise UsageProblem(unreachable)
         start_s = time.monotonic() - started
         print(
             f"optbench ab: both sessions collected after {start_s:.0f} s: "
@@ -107,3 +114,19 @@ def measure(setup: Setup, out: Path, only: list[str] | None) -> Measured:
         )
         seconds = schedule.execute(sides, steps, options.step_timeout, options.slices, options.slice_rounds)
     return Measured(sides, common, seconds, start_s)
+
+
+def _unreachable(options: AbOptions, alpha: float, cases: int) -> str | None:
+    """Why no case could ever fail with these slices and rounds, or None (refused before any timing:
+    otherwise such a gate passes whatever it measures)."""
+    from optbench.gate.paired import min_pairs
+
+    pairs, needed = options.slices * options.rounds, min_pairs(alpha, cases)
+    if pairs >= needed:
+        return None
+    raise_to = -(-needed // options.rounds)
+    return (
+        f"--slices {options.slices} x --rounds {options.rounds} gives {pairs} pairs per case; {cases} cases "
+        f"tested one-sided at alpha {alpha:g} and corrected need {needed} for any regression to be "
+        f"significant: raise --slices to {raise_to} (or --rounds)"
+    )

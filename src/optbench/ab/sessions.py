@@ -180,6 +180,8 @@ class Setup:
     """PYTHONPATH entries ahead of the lockstep plugin's folder, per side."""
     env: dict[str, str]
     plugin_dir: Path
+    alpha: float = 0.01
+    """The gate's alpha: with it, the pairs each case gets must make a regression reachable."""
 
 
 def copy_plugin(folder: Path) -> Path:

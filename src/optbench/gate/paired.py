@@ -57,8 +57,16 @@ def ratios(pairs: list[Pair]) -> list[float]:
 
 
 MIN_PAIRS = 6
-"""Fewer pairs of slices than this cannot reach significance after correction (the smallest two-sided
-signed-rank p-value with n pairs is 2 / 2**n): such cases keep the pooled verdict."""
+"""Cases with fewer pairs of slices keep the pooled verdict (too few to judge on pairs at all)."""
+
+
+def min_pairs(alpha: float, cases: int) -> int:
+    """The fewest pairs with which a regression of one case among `cases` can still be significant.
+
+    The one-sided exact signed-rank test's smallest p-value with n pairs is 1 / 2**n (every pair leans
+    the same way); Holm multiplies the smallest p by the number of cases, and Benjamini-Hochberg does
+    the same when only one case regressed. So n must satisfy cases / 2**n < alpha."""
+    return math.floor(math.log2(max(cases, 1) / alpha)) + 1
 
 
 def signed_rank_p(found: list[float], alternative: str = "two-sided") -> float:
