@@ -123,3 +123,53 @@ def test_nondeterministic_baseline_is_flagged(state, monkeypatch):
     with pytest.raises(CaseFailed, match="different outputs"):
         CaseRunner(state).run(Case("tiny_mlp", "eager", "cpu", 4))
     assert state.rows[-1]["status"] == "nondeterministic_baseline"
+
+
+def test_the_paired_accuracy_interval_covers_at_its_stated_rate():
+    """Synthetic predictions with a known change: the exact paired interval holds the true change in
+    at least 95% of seeded draws (it conditions on the discordant count, so it is conservative)."""
+    import numpy as np
+
+    from optbench.results.stats import paired_difference_interval
+
+    rng = np.random.default_rng(0)
+    n, p_better, p_worse = 2000, 0.03, 0.04  # true change: -1 point
+    misses = 0
+    for _ in range(1000):
+        draws = rng.random(n)
+        better, worse = (
+            int((draws < p_better).sum()),
+            int(((draws >= p_better) & (draws < p_better + p_worse)).sum()),
+        )
+        low, high = paired_difference_interval(better, worse, n)
+        misses += not (low <= p_better - p_worse <= high)
+    assert misses / 1000 <= 0.05
+
+
+def test_accuracy_verdicts_within_below_and_unclear_from_the_paired_interval():
+    import torch
+
+    from optbench.measure.floor import BELOW, UNCLEAR, WITHIN, Reference, judge
+
+    n = 2000
+    labels = torch.arange(n) % 10
+    right = torch.nn.functional.one_hot(labels, 10).float()
+    wrong = torch.nn.functional.one_hot((labels + 1) % 10, 10).float()
+    ref_logits = right.clone()
+    ref_logits[:200] = wrong[:200]  # fp32: 90% right
+    reference = Reference(ref_logits, True)
+
+    def case(flip: int) -> dict:
+        logits = ref_logits.clone()
+        logits[200 : 200 + flip] = wrong[200 : 200 + flip]  # `flip` more samples wrong
+        return judge(logits, labels, False, reference, 0.99)
+
+    assert case(0)["accuracy_verdict"] == WITHIN and case(0)["top1_delta_ci95_low"] == 0.0
+    below = case(100)  # 5 points down, floor -0.9 points
+    assert below["accuracy_verdict"] == BELOW and below["status"] == "fail_accuracy"
+    unclear = case(18)  # -0.9 points: on the floor's edge
+    assert unclear["accuracy_verdict"] == UNCLEAR and "status" not in unclear
+    assert "more held-out samples would decide it" in unclear["accuracy_note"]
+    absolute = judge(case_logits := ref_logits.clone(), labels, False, reference, 0.99, floor_points=1.0)
+    assert absolute["accuracy_floor_delta"] == -0.01 and case_logits is not None
+    assert 0 <= below["agreement_ci95_low"] <= below["agreement"] <= below["agreement_ci95_high"] <= 1

@@ -125,8 +125,18 @@ def claim(frame, name):
 def test_mixed_precision_training_claim_takes_the_fastest_precision_row_that_learned():
     rows = [
         training_row("eager", "baseline", 1, 1, 1),
-        training_row("bf16_autocast", "precision", 1.6, 1.5, 1.7, converge_top1=0.93),
-        training_row("channels_last+bf16_autocast", "layout+precision", 2.4, 2.2, 2.6, converge_top1=0.92),
+        training_row(
+            "bf16_autocast", "precision", 1.6, 1.5, 1.7, converge_top1=0.93, converge_top1_fp32=0.925
+        ),
+        training_row(
+            "channels_last+bf16_autocast",
+            "layout+precision",
+            2.4,
+            2.2,
+            2.6,
+            converge_top1=0.92,
+            converge_top1_fp32=0.925,
+        ),  # fmt: skip
         # faster still, but it diverged: never chosen
         training_row("fp16_autocast", "precision", 3.0, 2.9, 3.1, status="diverged"),
         training_row("compile", "compile", 5.0, 4.0, 6.0),  # not mixed precision
@@ -141,6 +151,30 @@ def test_mixed_precision_training_claim_takes_the_fastest_precision_row_that_lea
         [training_row("bf16_autocast", "precision", 1, 1, 1, status="diverged")], "mixed_precision_training"
     )
     assert none.verdict == "no evidence in this run" and "diverged" in none.evidence
+    # Faster, but its short training learned less than 0.99 x fp32's: the claim does not hold.
+    lost = [
+        training_row(
+            "bf16_autocast", "precision", 2.5, 2.4, 2.6, converge_top1=0.80, converge_top1_fp32=0.925
+        )
+    ]
+    (weak,) = claim(lost, "mixed_precision_training")
+    assert weak.verdict == "does not hold" and "below 0.99 x fp32's 0.925" in weak.evidence
+    # No short training (--converge-steps 0): no evidence it still learns.
+    (blind,) = claim([training_row("bf16_autocast", "precision", 2.5, 2.4, 2.6)], "mixed_precision_training")
+    assert blind.verdict == "no evidence in this run"
+
+
+def test_a_claim_needs_accuracy_evidence_within_the_floor():
+    rows = [row("eager", "baseline", 0, 1, 1, 1)]
+    fast = row("prune_l1_70+int8_dynamic", "pruning+quantization", 75, 2.0, 1.9, 2.1)
+    # Random weights: no top-1 to compare, so speed and size alone never make the claim hold.
+    (found,) = claim(rows + [{**fast, "top1_delta": None}], "prune_quantize_edge")
+    assert found.verdict == "no evidence in this run" and "accuracy not measured" in found.evidence
+    # Its paired accuracy interval straddles the floor: not "holds".
+    (unclear,) = claim(rows + [{**fast, "accuracy_verdict": "unclear"}], "prune_quantize_edge")
+    assert unclear.verdict == "unclear"
+    (held,) = claim(rows + [{**fast, "accuracy_verdict": "within floor"}], "prune_quantize_edge")
+    assert held.verdict == "holds"
 
 
 def test_data_pipeline_claim_ignores_settings_that_change_the_training():

@@ -239,7 +239,7 @@ def test_report_writes_markdown_and_html_with_every_section(run_dir, tmp_path, c
         assert section in markdown
     # bf16 is faster but below the floor: int8 static is recommended, clearly ahead of channels_last.
     assert (
-        "| resnet18 | cpu | inference | 8 | 3x224x224 | int8_static_fx | 3.00x [2.80, 3.20] | recommended |"
+        "| resnet18 | cpu | inference | 8 | 3x224x224 | int8_static_fx | 3.00x [2.77, 3.23] | recommended |"
         in markdown
     )
     assert "| lstm_classifier | cpu | inference | 8 | seq64 | int8_dynamic |" in markdown
@@ -360,7 +360,57 @@ def test_a_run_with_training_and_data_rows_reports_them(tmp_path):
     assert (
         "| resnet18 | cpu | training | 8 | 3x224x224 | bf16_autocast | 1.60x [1.50, 1.70] | recommended |"
         in markdown
-    )
+    )  # one candidate: its interval needs no widening
     assert "1.60x [1.50, 1.70], -0.4 pt" in markdown  # training: top-1 change after the short training
     assert "| resnet18 | cpu | data | 8 |" in markdown
     assert load(run)["mode"].tolist() == ["training", "training", "data", "data"]
+
+
+def test_eager_stays_the_reference_when_a_limit_excludes_it():
+    """A lone candidate at [0.9, 1.2] once a size limit left eager out: not recommended."""
+    rows = [
+        row("eager", 1.0, 1.0, 1.0),
+        row("int8_static_fx", 1.05, 0.9, 1.2, size_compressed_bytes=10 * 2**20),
+    ]
+    (rec,) = recommend(frame(rows), Limits(max_size_mb=20))
+    assert rec.excluded == {"over size limit": ["eager"]}
+    assert rec.verdict == UNCLEAR and "holds 1.0" in rec.reason
+
+
+def test_many_candidates_widen_the_intervals_until_the_top_two_overlap():
+    leader, second = row("int8_static_fx", 1.30, 1.23, 1.37), row("channels_last", 1.13, 1.08, 1.19)
+    two = [row("eager", 1.0, 1.0, 1.0), leader, second]
+    assert recommend(frame(two))[0].verdict == CLEAR  # two candidates: apart
+    many = two + [row(f"test_{i}", 0.9, 0.85, 0.95) for i in range(20)]
+    (rec,) = recommend(frame(many))  # 22 candidates compared: the same two now overlap
+    assert rec.verdict == UNCLEAR and rec.technique == "int8_static_fx" and "overlap" in rec.reason
+    assert rec.best.low < 1.23 and rec.best.high > 1.37
+
+
+def test_unclear_or_unmeasured_accuracy_rules_a_candidate_out():
+    rows = [
+        row("eager", 1.0, 1.0, 1.0),
+        row("int8_static_fx", 3.0, 2.8, 3.2, accuracy_verdict="unclear"),
+        row("prune_l1_50", 2.0, 1.9, 2.1, top1_delta=None),  # random weights
+        row("channels_last", 1.4, 1.3, 1.5, accuracy_verdict="within floor"),
+    ]
+    (rec,) = recommend(frame(rows))
+    assert rec.technique == "channels_last" and rec.verdict == CLEAR
+    assert rec.excluded == {"accuracy unclear": ["int8_static_fx"], "accuracy not measured": ["prune_l1_50"]}
+
+
+def test_a_recommendation_on_the_embedded_task_says_so_in_one_line():
+    rows = [
+        row("eager", 1.0, 1.0, 1.0),
+        row("bf16_autocast", 2.5, 2.4, 2.6, accuracy_source="the embedded task (digits)"),
+    ]
+    (rec,) = recommend(frame(rows))
+    assert rec.reason.endswith(
+        "; accuracy measured on the embedded task; pass --data-dir to measure it on your data"
+    )
+    assert rec.accuracy_source == "the embedded task (digits)"
+    mine = [
+        row("eager", 1.0, 1.0, 1.0),
+        row("bf16_autocast", 2.5, 2.4, 2.6, accuracy_source="your data (/d)"),
+    ]
+    assert "embedded" not in recommend(frame(mine))[0].reason

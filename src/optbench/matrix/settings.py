@@ -248,6 +248,16 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="FRACTION",
     ),
     Setting(
+        "accuracy_floor_points",
+        "number",
+        "the floor as an absolute drop of top-1 in points (1.0: at most one point below fp32); replaces "
+        "--accuracy-floor",
+        "weights and accuracy",
+        range=Range(0, 100, "{flag} takes points from 0 to 100, got {value:g}"),
+        in_manifest=True,
+        metavar="POINTS",
+    ),
+    Setting(
         "eval_samples",
         "int",
         "evaluate on the first N held-out samples only; fewer is faster but makes the accuracy floor coarser",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,17 +28,24 @@ class Reference:
     deterministic: bool
 
 
+WITHIN, BELOW, UNCLEAR = "within floor", "below floor", "unclear"
+
+
 def judge(
     logits: torch.Tensor | None,
     labels: torch.Tensor | None,
     nonfinite: bool,
     reference: Reference | None,
     floor: float,
+    floor_points: float | None = None,
 ) -> dict[str, Any]:
     """Quality columns, plus `status` and `reason` when the numbers fail the case.
 
     `reference` is the group's eager fp32 logits (None for the eager case itself, whose own
-    determinism the caller has judged)."""
+    determinism the caller has judged). The floor is relative (`floor` x fp32 top-1) or, with
+    `floor_points`, an absolute drop in points. The verdict comes from the paired interval of the
+    top-1 change on the same samples: within the floor when it lies above it, below when it lies
+    below (fail_accuracy), unclear when it straddles it."""
     if nonfinite or (logits is not None and accuracy.has_nonfinite(logits)):
         return {"status": Status.NAN_OUTPUT, "reason": "the model's outputs contain NaN or inf"}
     if logits is None or labels is None:
@@ -59,10 +67,63 @@ def judge(
         accuracy_floor=floor,
         **accuracy.fidelity(logits, ref_logits),
     )
-    if not accuracy.accuracy_ok(top1, ref_top1, floor):
+    columns.update(_paired(logits, ref_logits, labels, ref_top1, floor, floor_points))
+    if columns["accuracy_verdict"] == BELOW:
         columns["status"] = Status.FAIL_ACCURACY
-        columns["reason"] = (
-            f"top-1 {top1:.4f} is below {floor:g} x fp32 top-1 {ref_top1:.4f} "
-            f"(delta {columns['top1_delta']:+.4f}, agreement with fp32 {columns['agreement']:.4f})"
+        below = (
+            f"fp32 top-1 {ref_top1:.4f} minus {floor_points:g} points"
+            if floor_points is not None
+            else (f"{floor:g} x fp32 top-1 {ref_top1:.4f}")
         )
+        columns["reason"] = (
+            f"top-1 {top1:.4f} is below {below}: the change {columns['top1_delta']:+.4f} "
+            f"[{columns['top1_delta_ci95_low']:+.4f}, {columns['top1_delta_ci95_high']:+.4f}] lies below "
+            f"the floor {columns['accuracy_floor_delta']:+.4f} (agreement with fp32 {columns['agreement']:.4f})"
+        )
+    return columns
+
+
+def _paired(
+    logits: torch.Tensor,
+    ref_logits: torch.Tensor,
+    labels: torch.Tensor,
+    ref_top1: float,
+    floor: float,
+    floor_points: float | None,
+) -> dict[str, Any]:
+    """The paired interval of the top-1 change and of the agreement with fp32, and the verdict."""
+    from optbench.results.stats import paired_difference_interval, proportion_interval
+
+    right, ref_right = logits.argmax(1) == labels, ref_logits.argmax(1) == labels
+    n = len(labels)
+    better, worse = int((right & ~ref_right).sum()), int((~right & ref_right).sum())
+    low, high = paired_difference_interval(better, worse, n)
+    limit = -floor_points / 100 if floor_points is not None else -(1 - floor) * ref_top1
+    delta = (better - worse) / n if n else float("nan")
+    agree = int((logits.argmax(1) == ref_logits.argmax(1)).sum())
+    agree_low, agree_high = proportion_interval(agree, n)
+    columns: dict[str, Any] = {
+        "top1_delta_ci95_low": low,
+        "top1_delta_ci95_high": high,
+        "accuracy_floor_delta": limit,
+        "agreement_ci95_low": agree_low,
+        "agreement_ci95_high": agree_high,
+    }
+    if math.isnan(low) or low >= limit:
+        columns["accuracy_verdict"] = WITHIN
+    elif high < limit:
+        columns["accuracy_verdict"] = BELOW
+    else:
+        columns["accuracy_verdict"] = UNCLEAR
+        half, gap = (high - low) / 2, abs(delta - limit)
+        if gap > 0:  # the half-width shrinks as 1/sqrt(n): about n (half/gap)^2 samples decide it
+            more = max(1, math.ceil(n * (half / gap) ** 2) - n)
+            columns["accuracy_note"] = (
+                f"the change {delta:+.4f} [{low:+.4f}, {high:+.4f}] straddles the floor {limit:+.4f}: "
+                f"about {more} more held-out samples would decide it"
+            )
+        else:
+            columns["accuracy_note"] = (
+                f"the change {delta:+.4f} sits on the floor: no sample count decides it"
+            )
     return columns

@@ -201,6 +201,7 @@ def pytest_collection_modifyitems(
             progress_context=capture.global_and_fixture_disabled if capture is not None else None,
         ),
         accuracy_floor=option["accuracy_floor"],
+        floor_points=option["accuracy_floor_points"],
         record_only=option["record_accuracy_only"],
         eval_limit=option["eval_samples"],
         calibration_samples=option["calibration_samples"],

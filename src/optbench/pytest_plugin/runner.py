@@ -109,6 +109,8 @@ class RunState:
     timing_shape: str = "deploy"
     """Time at the deployment shape (default) or at the task shape."""
     accuracy_floor: float = 0.99
+    floor_points: float | None = None
+    """--accuracy-floor-points: the floor as an absolute drop of top-1, in points."""
     """fail_accuracy below this fraction of the fp32 top-1 (MLPerf uses 0.99 and 0.999)."""
     record_only: bool = False
     """Record accuracy statuses without failing the pytest case."""
@@ -279,6 +281,13 @@ class CaseRunner:
         row.update(paired_columns(measured.paired))
         labels = weights.eval_set(state.eval_limit)[1] if measured.logits is not None else None
         row.update(self._judge(case, measured.logits, measured.logits_again, labels, measured.nonfinite))
+        if labels is not None and weights.task is not None:
+            data_dir = state.weights.data_dir
+            row["accuracy_source"] = (
+                f"your data ({data_dir}), {state.weights.choice} weights"
+                if data_dir is not None
+                else f"the embedded task ({weights.task.name})"
+            )
 
     def _training(self, case: Case, row: dict[str, Any], weights: Any, time_fn: TimeFn) -> None:
         from optbench.measure.convergence import verdict
@@ -321,7 +330,16 @@ class CaseRunner:
                     "reason": "eager fp32 gave different outputs for the same inputs twice",
                 }
         # Eager compared with itself never fails accuracy, so its determinism status stands alone.
-        verdict = judge(logits, labels, nonfinite, state.references.get(case.group), state.accuracy_floor)
+        verdict = judge(
+            logits,
+            labels,
+            nonfinite,
+            state.references.get(case.group),
+            state.accuracy_floor,
+            state.floor_points,
+        )
+        if logits is not None and labels is not None:
+            state.writer.predictions(case.id, labels.tolist(), logits.argmax(1).tolist())
         return {**verdict, **columns}
 
     def _add_speedup(self, case: Case, row: dict[str, Any]) -> None:

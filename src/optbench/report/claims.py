@@ -59,6 +59,17 @@ def _recipe_text(row: pd.Series, speed: str = "") -> str:
     return f"{row['technique']}: {size:.0f}% smaller, {_speedup_text(row)}{speed}, {_accuracy_text(row)}"
 
 
+def _accuracy_evidence(row: pd.Series) -> str:
+    """within, below, unclear or none: what the row shows about held-out accuracy against fp32's.
+    Random weights have no labels to score: none. Rows from before paired accuracy: the point rule."""
+    verdict = row.get("accuracy_verdict")
+    if isinstance(verdict, str):
+        return {"within floor": "within", "below floor": "below"}.get(verdict, "unclear")
+    if _num(row.get("top1_delta")) is None:
+        return "none"
+    return "below" if row.get("status") == "fail_accuracy" else "within"
+
+
 def _edge_score(row: pd.Series) -> float:
     """How close a recipe comes to both targets (1.0: meets both exactly; the weaker side counts)."""
     size = (_num(row.get("size_reduction")) or 0) / EDGE_SMALLER
@@ -104,6 +115,20 @@ def _prune_quantize(frame: pd.DataFrame) -> list[Finding]:
                     )
                 )
             continue
+        evidence = within.apply(_accuracy_evidence, axis=1)
+        if (evidence == "none").all():  # random weights: speed and size, but nothing on accuracy
+            best = within.loc[within.apply(_edge_score, axis=1).idxmax()]
+            findings.append(
+                Finding(
+                    name,
+                    model,
+                    device,
+                    "no evidence in this run",
+                    "accuracy not measured; best " + _recipe_text(best),
+                )
+            )
+            continue
+        within = within[evidence.isin(("within", "unclear"))]
         scores = within.apply(_edge_score, axis=1)
         meeting = within[within.apply(_edge_verdict, axis=1) == "holds"]
         best = (
@@ -111,15 +136,10 @@ def _prune_quantize(frame: pd.DataFrame) -> list[Finding]:
             if not meeting.empty
             else within.loc[scores.idxmax()]
         )
-        findings.append(
-            Finding(
-                name,
-                model,
-                device,
-                _edge_verdict(best),
-                _recipe_text(best, " faster"),
-            )
-        )
+        verdict = _edge_verdict(best)
+        if verdict == "holds" and _accuracy_evidence(best) == "unclear":
+            verdict = "unclear"  # its accuracy interval straddles the floor
+        findings.append(Finding(name, model, device, verdict, _recipe_text(best, " faster")))
     return findings or [Finding(name, "", "", "no evidence in this run", "no prune+quantize rows")]
 
 
@@ -171,14 +191,21 @@ def _mixed_precision(frame: pd.DataFrame) -> list[Finding]:
         if best is None:
             found.append(Finding(name, model, device, "no evidence in this run", f"bs{batch}: {missing}"))
             continue
-        converged = _num(best.get("converge_top1"))
+        converged, fp32 = _num(best.get("converge_top1")), _num(best.get("converge_top1_fp32"))
+        floor = _num(best.get("accuracy_floor")) or 0.99
         learned = f", short-training top-1 {converged:.3f}" if converged is not None else ""
+        verdict = _at_least(best, MIXED_FASTER)
+        if converged is None or fp32 is None:
+            verdict, learned = "no evidence in this run", ", no short training to show it still learns"
+        elif converged < floor * fp32:
+            verdict = "does not hold"
+            learned += f" below {floor:g} x fp32's {fp32:.3f}"
         found.append(
             Finding(
                 name,
                 model,
                 device,
-                _at_least(best, MIXED_FASTER),
+                verdict,
                 f"bs{batch} {best['technique']}: {_speedup_text(best)} the fp32 training step{learned}",
             )
         )

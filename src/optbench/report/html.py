@@ -177,8 +177,9 @@ def report_html(
         parts += [
             f"<h2>Recommendation per model and device{title}</h2>",
             f"<p>The fastest technique that passed within the limits: {html.escape(limits_text(limits))}. "
-            "Speedups are against eager fp32 in the same run, with 95% bootstrap intervals; overlapping "
-            "intervals are no clear winner.</p>",
+            "Speedups are against eager fp32 in the same run; their intervals are widened for the number of "
+            "candidates compared (Bonferroni), so a winner is clear of eager and of the runner-up together. "
+            "Only techniques with accuracy evidence within the floor qualify.</p>",
             html_table(
                 table,
                 "recommendations" if number == 0 else f"recommendations-{number + 1}",

@@ -70,8 +70,9 @@ def report_markdown(runs: list[Run], recommendations: dict[str, list[Recommendat
             f"## Recommendation per model and device{title}",
             "",
             f"The fastest technique that passed within the limits: {limits_text(limits)}. Speedups are "
-            "against eager fp32 in the same run, with 95% bootstrap intervals; overlapping intervals are "
-            "no clear winner.",
+            "against eager fp32 in the same run; their intervals are widened for the number of candidates "
+            "compared (Bonferroni), so a winner is clear of eager and of the runner-up together. Only "
+            "techniques with accuracy evidence within the floor qualify.",
             "",
             md_table(recommendations_frame(recommendations[run.label])),
             "",

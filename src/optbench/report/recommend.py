@@ -1,12 +1,18 @@
 """Which technique to deploy, per model, device, mode and input: the fastest one that passed within
 the accuracy floor (and a size or memory limit when given), with the runner-up and the margin.
 
-"Faster" is judged with the speedup's 95% bootstrap interval, not its point value: when the winner's
-interval overlaps the runner-up's (or holds 1.0 against eager fp32) the answer is "no clear winner"."""
+"Faster" is judged with the speedup's interval, not its point value, adjusted for the number of
+candidates compared (Bonferroni: each 95% interval widened on the log scale by z(1 - 0.05/2k) /
+z(0.975), which assumes the estimate is roughly normal on that scale). Eager fp32 is always the
+reference, even when a limit excludes it: the winner's adjusted interval must lie above 1.0, and when
+it overlaps the runner-up's the answer is "no clear winner". A candidate needs accuracy evidence within
+the floor (accuracy_verdict "within floor"); an unclear or unmeasured accuracy rules it out."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import pandas as pd
 
@@ -55,6 +61,8 @@ class Recommendation:
     reason: str
     excluded: dict[str, list[str]] = field(default_factory=dict)
     """Why techniques were left out: 'failed', 'below accuracy floor', 'over size limit', ..."""
+    accuracy_source: str = ""
+    """Where the winner's accuracy was measured (the embedded task, or the user's data)."""
 
     @property
     def technique(self) -> str | None:
@@ -77,6 +85,16 @@ def _exclusion(row: pd.Series, limits: Limits) -> str | None:
         return str(status)
     if number(row.get("speedup")) is None:
         return "no speedup"
+    verdict = row.get("accuracy_verdict")
+    if limits.accuracy_floor is None and isinstance(verdict, str) and verdict != "within floor":
+        return "below accuracy floor" if verdict == "below floor" else "accuracy unclear"
+    # Accuracy evidence: held-out top-1 (inference), top-1 after the short training (training); a data
+    # pipeline feeds the same samples, so its cases need none. Random weights give none.
+    evidence = {"inference": "top1_delta", "training": "converge_top1_delta"}.get(
+        str(row.get("mode") or "inference")
+    )
+    if row.get("technique") != "eager" and evidence and number(row.get(evidence)) is None:
+        return "accuracy not measured"
     ratio = number(row.get("top1_ratio"))
     if limits.accuracy_floor is not None and ratio is not None and ratio < limits.accuracy_floor:
         return "below accuracy floor"
@@ -97,6 +115,18 @@ def _candidate(row: pd.Series) -> Candidate:
     return Candidate(str(row["technique"]), speedup, low, high)
 
 
+def _adjusted(c: Candidate, compared: int) -> Candidate:
+    """`c`'s interval widened for `compared` candidates (Bonferroni, on the log scale)."""
+    if compared <= 1 or c.low is None or c.high is None or c.technique == "eager" or c.speedup <= 0:
+        return c
+    if c.low <= 0 or math.isnan(c.low) or math.isnan(c.high):
+        return c
+    widen = NormalDist().inv_cdf(1 - 0.05 / (2 * compared)) / NormalDist().inv_cdf(0.975)
+    low = c.speedup * (c.low / c.speedup) ** widen
+    high = c.speedup * (c.high / c.speedup) ** widen
+    return Candidate(c.technique, c.speedup, low, high)
+
+
 def _overlap(a: Candidate, b: Candidate) -> bool:
     """True when the intervals overlap, or either has none (then nothing is clear)."""
     if a.low is None or b.high is None:
@@ -115,17 +145,19 @@ def recommend_group(rows: pd.DataFrame, limits: Limits) -> Recommendation:
             candidates.append(_candidate(row))
         else:
             excluded.setdefault(why, []).append(str(row["technique"]))
+    compared = sum(1 for c in candidates if c.technique != "eager")
+    candidates = [_adjusted(c, compared) for c in candidates]
     candidates.sort(key=lambda c: c.speedup, reverse=True)
     best = candidates[0] if candidates else None
     runner = candidates[1] if len(candidates) > 1 else None
-    eager = next((c for c in candidates if c.technique == "eager"), None)
+    eager = next((c for c in candidates if c.technique == "eager"), Candidate("eager", 1.0, 1.0, 1.0))
     if best is None:
         verdict = NOTHING
         reason = "; ".join(f"{why}: {', '.join(names)}" for why, names in excluded.items()) or "no rows"
     elif best.technique == "eager":
         verdict = KEEP_EAGER
         reason = "no technique was faster than eager fp32 within the limits"
-    elif eager is not None and best.low is not None and best.low <= 1.0:
+    elif best.low is None or best.low <= 1.0:  # eager is the reference even when a limit excludes it
         verdict, runner = UNCLEAR, eager
         reason = f"{best.technique} {best.interval()}: its interval holds 1.0, no clear gain over eager fp32"
     elif runner is not None and _overlap(best, runner):
@@ -136,6 +168,16 @@ def recommend_group(rows: pd.DataFrame, limits: Limits) -> Recommendation:
         reason = f"{best.technique} {best.interval()}" + (
             f", ahead of {runner.technique} {runner.interval()}" if runner else ""
         )
+    source = ""
+    if best is not None and best.technique != "eager":
+        found = (
+            rows.loc[rows["technique"] == best.technique, "accuracy_source"]
+            if "accuracy_source" in rows
+            else []
+        )
+        source = next((str(v) for v in found if isinstance(v, str) and v), "")
+        if source.startswith("the embedded task"):
+            reason += "; accuracy measured on the embedded task; pass --data-dir to measure it on your data"
     batch = number(first.get("batch_size"))
     return Recommendation(
         model=str(first["model"]),
@@ -148,6 +190,7 @@ def recommend_group(rows: pd.DataFrame, limits: Limits) -> Recommendation:
         runner_up=runner,
         reason=reason,
         excluded=excluded,
+        accuracy_source=source,
     )
 
 

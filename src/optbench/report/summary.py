@@ -82,7 +82,7 @@ def comparison_table(frame: pd.DataFrame) -> str:
     text = f"{_pivot(frame, _cell)}\n{legend}"
     if "top1" in frame.columns and frame["top1"].notna().any():
         inference = frame[frame["top1"].notna() | (frame.get("mode") == "inference")]
-        text += f"\n\nheld-out top-1 (change vs eager fp32):\n{_pivot(inference, _accuracy_cell)}"
+        text += f"\n\nheld-out top-1 (change vs eager fp32){_sources(inference)}:\n{_pivot(inference, _accuracy_cell)}"
     if "converge_top1" in frame.columns and frame["converge_top1"].notna().any():
         training = frame[frame["mode"] == "training"]
         text += (
@@ -155,6 +155,21 @@ def skip_reasons(frame: pd.DataFrame) -> str:
             ids = ", ".join(group["case_id"])
             lines.append(f"{status} ({len(group)}): {reason}\n    {ids}")
     return "\n".join(lines)
+
+
+def _sources(frame: pd.DataFrame) -> str:
+    """Where the accuracy figures come from, with a nudge toward the user's own data."""
+    if "accuracy_source" not in frame:
+        return ""
+    found = sorted({str(v) for v in frame["accuracy_source"].dropna() if str(v)})
+    if not found:
+        return ""
+    nudge = (
+        "; pass --data-dir to measure it on your data"
+        if any(f.startswith("the embedded task") for f in found)
+        else ""
+    )
+    return f", measured on {' and '.join(found)}{nudge}"
 
 
 def run_summary(frame: pd.DataFrame) -> str:

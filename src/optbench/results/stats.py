@@ -57,3 +57,29 @@ def adjust_p(p_values: Sequence[float], method: str) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p_values[index]))
         adjusted[index] = running
     return [float(p) for p in adjusted]
+
+
+def paired_difference_interval(
+    better: int, worse: int, samples: int, confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """Interval of the change in a rate between two classifiers judged on the same `samples`, from
+    the discordant pairs: `better` samples only the first gets right, `worse` only the second. Given
+    the number of discordant samples d, `better` is binomial(d, q) and the change is (2q - 1) d / n;
+    the exact (Clopper-Pearson) interval of q gives it. Assumes independent samples; conditions on d.
+    With no discordant sample the change is exactly 0."""
+    discordant = better + worse
+    if samples <= 0:
+        return float("nan"), float("nan")
+    if discordant == 0:
+        return 0.0, 0.0
+    ci = stats.binomtest(better, discordant).proportion_ci(confidence, method="exact")
+    scale = discordant / samples
+    return float((2 * ci.low - 1) * scale), float((2 * ci.high - 1) * scale)
+
+
+def proportion_interval(successes: int, trials: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a rate; assumes independent trials."""
+    if trials <= 0:
+        return float("nan"), float("nan")
+    ci = stats.binomtest(successes, trials).proportion_ci(confidence, method="exact")
+    return float(ci.low), float(ci.high)

@@ -16,6 +16,21 @@ import pandas as pd
 from optbench.results.manifest import refuse_newer_schema
 from optbench.results.schema import COLUMN_NAMES, COLUMNS, DTYPES, JSON_ONLY, SCHEMA_VERSION, typed
 
+PREDICTIONS = "predictions.jsonl"
+
+
+def load_predictions(run_dir: str | os.PathLike[str]) -> dict[str, tuple[list[int], list[int]]]:
+    """case id -> (labels, top-1 predictions) of a run folder's predictions.jsonl ({} without one)."""
+    found: dict[str, tuple[list[int], list[int]]] = {}
+    path = Path(run_dir) / PREDICTIONS
+    if not path.exists():
+        return found
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            data = json.loads(line)
+            found[data["case_id"]] = (data["labels"], data["predicted"])
+    return found
+
 
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
@@ -49,6 +64,7 @@ class ResultsWriter:
             self._csv.writeheader()
             self._csv_file.flush()
         self._jsonl_file = self.jsonl_path.open("a", encoding="utf-8")
+        self._predictions: Any = None
 
     def append(self, row: Mapping[str, Any]) -> None:
         unknown = set(row) - set(COLUMN_NAMES) - set(JSON_ONLY)
@@ -61,9 +77,21 @@ class ResultsWriter:
         self._jsonl_file.write(json.dumps(full) + "\n")
         self._jsonl_file.flush()
 
+    def predictions(self, case_id: str, labels: list[int], predicted: list[int]) -> None:
+        """A case's held-out labels and top-1 predictions, one JSON line per case in predictions.jsonl:
+        enough for the report and the gate to recompute any paired accuracy interval."""
+        if self._predictions is None:
+            self._predictions = (self.run_dir / PREDICTIONS).open("a", encoding="utf-8")
+        self._predictions.write(
+            json.dumps({"case_id": case_id, "labels": labels, "predicted": predicted}) + "\n"
+        )
+        self._predictions.flush()
+
     def close(self) -> None:
         self._csv_file.close()
         self._jsonl_file.close()
+        if self._predictions is not None:
+            self._predictions.close()
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:
