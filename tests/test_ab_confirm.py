@@ -161,3 +161,46 @@ def test_fresh_sessions_that_do_not_lean_slower_refute_on_their_own():
         verdicts, ["case"], {"case": _pairs(1.30, seed=1)}, {"case": _pairs(0.97, seed=2)}, CONFIG
     )
     assert again["case"].verdict == UNCHANGED and verdicts[0].confirmed is False and not failed(verdicts)
+
+
+def test_a_case_without_pairs_of_slices_is_not_gated_on_latency_and_says_why(tmp_path):
+    """A loader epoch is timed whole: too few pairs to judge on, and a pooled test false-alarms on a
+    shared machine. Its latency is left out of the gate, named in the notes; a sliced case is gated."""
+    from optbench.ab.outcome import gate
+
+    def identity(case_id: str, mode: str) -> dict:
+        return {"case_id": case_id, "model": "m", "technique": case_id.split("-")[1], "device": "cpu",
+                "mode": mode, "batch_size": 1, "input_shape": "3x8x8", "weights": "random", "status": "passed",
+                "dtype": "float32", "machine_fingerprint": "fp"}  # fmt: skip
+
+    sides = {}
+    for name, factor in (("base", 1.0), ("head", 1.5)):  # head's loader epochs 1.5x slower
+        side = Side(name, "0" * 40, tmp_path, {}, tmp_path / "raw" / name, tmp_path / f"{name}.log")
+        sliced = [s for b, _ in _pairs(1.0, seed=3) for s in b]
+        side.rows = [
+            SessionRow({**identity("m-eager-cpu-bs1", "inference"), "samples_ms": sliced}, 1, "t[a]",
+                       [3 * k for k in range(1, 16)]),
+            SessionRow({**identity("m-workers_2-cpu-bs1-data", "data"),
+                        "samples_ms": [100.0 * factor + i for i in range(8)]}, 1, "t[b]", []),
+        ]  # fmt: skip
+        sides[name] = side
+    measured = Measured(sides, ["t[a]", "t[b]"], {"t[a]": 1.0, "t[b]": 1.0}, 1.0)
+    run = AbRun(
+        AbOptions(base="HEAD", confirm_budget=0),
+        measured,
+        tmp_path / "out",
+        "a",
+        "b",
+        False,
+        "base runs its own optbench",
+        5.0,
+    )
+    code = gate(run, CONFIG)
+    payload = json.loads((tmp_path / "out" / "gate.json").read_text())
+    (data,) = [
+        v for v in payload["verdicts"] if v["case_id"].endswith("-data") and v["metric"] == "latency_ms"
+    ]
+    assert data["verdict"] == "not_comparable" and data["reason"].startswith("not gated: fewer than")
+    assert code == 0 and payload["failed"] is False
+    text = (tmp_path / "out" / "gate.md").read_text()
+    assert "1 case(s) not gated on latency" in text and "`m-workers_2-cpu-bs1-data`" in text
