@@ -6,8 +6,10 @@ thin benchmark tests that ask for `optbench_case` and hand it to `optbench_run`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from optbench.matrix.profiles import get_profile
 from optbench.pytest_plugin.gating import pytest_sessionfinish  # noqa: F401
 from optbench.pytest_plugin.options import DEVICES, add_options, option_values, results_dir, selection
 from optbench.pytest_plugin.run_folder import (
+    _cases,
     _keep_shard,
     _new_run_id,
     _point_latest,
@@ -186,6 +189,9 @@ def pytest_collection_modifyitems(
         writer = ResultsWriter(run_dir)
     except UsageProblem as error:
         raise pytest.UsageError(str(error)) from None
+    from optbench.pytest_plugin.eta import earlier_durations
+
+    state["earlier_durations"] = earlier_durations(results)  # before latest points at this run
     _point_latest(results, run_dir)
     from optbench.catalog.weights import WeightsProvider
 
@@ -220,6 +226,7 @@ def pytest_collection_modifyitems(
     state["run_dir"] = run_dir
     _write_manifest(config, state, run_id, run_dir, items)
     _take_machine(config, state, run_id, option["wait_for_machine"])
+    _start_eta(state, items)
     # pytest-benchmark's own JSON goes beside our tables unless the user asked for it elsewhere.
     bench_session = getattr(config, "_benchmarksession", None)
     if bench_session is not None and not getattr(bench_session, "json", None):
@@ -235,6 +242,27 @@ def _warn_weak_model(row: dict[str, Any], warned: set[str]) -> None:
 
         warned.add(row["model"])
         warnings.warn(weak_model_warning(row["model"], row["trained_top1"], row["target_top1"]), stacklevel=1)
+
+
+def _start_eta(state: dict[str, Any], items: list[pytest.Item]) -> None:
+    import sys
+
+    from optbench.pytest_plugin.eta import Eta
+
+    cases = [case.id for case in _cases(items).values()]
+    state["eta"] = eta = Eta(cases, state["earlier_durations"], sys.stderr.isatty())
+    print(eta.start_line(), file=sys.stderr, flush=True)
+
+
+def _show_eta(config: pytest.Config, case_id: str, seconds: float) -> None:
+    import sys
+
+    eta = config.stash[_STATE_KEY].get("eta")
+    line = eta.after(case_id, seconds) if eta is not None else None
+    if line:
+        capture = config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            print(line, file=sys.stderr, flush=True)
 
 
 def _ab_pacer(config: pytest.Config) -> Any:
@@ -261,13 +289,16 @@ def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[An
             time_fn = None if pacer is None else functools.partial(plain_timer, pacer=pacer)
         else:
             time_fn = pytest_benchmark_timer(benchmark, pacer)
+        started = time.monotonic()
         try:
             row = CaseRunner(state).run(case, test=test, time_fn=time_fn)
         except CaseFailed:
+            _show_eta(request.config, case.id, time.monotonic() - started)
             row = state.rows[-1]
             _warn_weak_model(row, warned)
             pytest.fail(f"{row['case_id']}: {row['status']}: {row['reason']}", pytrace=False)
         _warn_weak_model(row, warned)
+        _show_eta(request.config, case.id, time.monotonic() - started)
         if row["status"] == "skipped":
             pytest.skip(row["reason"])
         if row["status"] != "passed":  # an accuracy status, recorded only (--record-accuracy-only)
