@@ -615,3 +615,21 @@ def test_optbench_compare_fails_on_a_case_that_stopped_working(tmp_path):
             assert verdict["verdict"] == "regressed" and verdict["reason"].startswith(f"{status}: ")
             assert reason in verdict["reason"]
         assert not any(v["verdict"] == "not_comparable" for v in gate["verdicts"])
+
+
+@pytest.mark.parametrize(
+    "damage, named",
+    [
+        ({"latency_ms_median": -3.0}, "latency_ms_median -3.0"),
+        ({"samples_ms": [50.0, float("nan"), 51.0]}, "a raw sample of nan ms"),
+        ({"speedup": -1.0}, "speedup -1.0"),
+    ],
+)
+def test_impossible_values_are_refused_by_compare_and_report_in_one_line(tmp_path, capsys, damage, named):
+    base = _run(tmp_path / "base", [row(), row("x", 50)])
+    broken = _run(tmp_path / "broken", [row(), row("x", 50, **damage)])
+    assert main(["compare", base, broken]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "row 2 (m-x-cpu-bs8) has " + named in err[0]
+    assert main(["report", broken, "--out", str(tmp_path / "report")]) == EXIT_USAGE
+    assert named in capsys.readouterr().err

@@ -18,11 +18,12 @@ def compare(args: argparse.Namespace) -> int:
     from optbench.gate.render import markdown, verdicts_json
     from optbench.gate.verdicts import asked_for, failed, nothing_gated
     from optbench.gate.verdicts import compare as judge
-    from optbench.results import load
+    from optbench.results import load, refuse_impossible
     from optbench.results.manifest import manifest_near
 
     config = load_gate_config(Path(args.config) if args.config else Path("pyproject.toml"), bool(args.config))
-    base, head = load(args.baseline), load(args.candidate)
+    base = refuse_impossible(load(args.baseline), args.baseline)
+    head = refuse_impossible(load(args.candidate), args.candidate)
     asked = asked_for(manifest_near(args.baseline), manifest_near(args.candidate))
     verdicts = judge(base, head, config, asked)
     empty = nothing_gated(verdicts)

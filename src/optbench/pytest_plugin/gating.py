@@ -36,11 +36,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         nothing_gated,
         to_confirm,
     )
-    from optbench.results import load
+    from optbench.results import load, refuse_impossible
     from optbench.results.manifest import manifest_near
 
     try:  # the baseline was read when the run started; it may have changed since
-        base, head = load(baseline), load(state["run_dir"])
+        base, head = refuse_impossible(load(baseline), baseline), load(state["run_dir"])
         gate_config = load_gate_config(config.rootpath / "pyproject.toml")
     except (FileNotFoundError, UsageProblem) as error:
         _gate_input_error(session, state, str(error))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from optbench.errors import UsageProblem
-from optbench.results import load, resolve
+from optbench.results import load, refuse_impossible, resolve
 from optbench.results.manifest import Manifest, manifest_near
 
 
@@ -29,7 +29,7 @@ def read_runs(paths: list[str]) -> list[Run]:
     seen: set[str] = set()
     for path in paths:
         file = resolve(path)
-        rows = load(file)
+        rows = refuse_impossible(load(file), file)
         if rows.empty:
             raise UsageProblem(f"{file} has no rows: nothing to report")
         folder = file.parent

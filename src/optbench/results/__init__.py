@@ -16,7 +16,7 @@ from optbench.results.schema import (
     Column,
     Status,
 )
-from optbench.results.store import ResultsWriter, load, resolve
+from optbench.results.store import ResultsWriter, load, refuse_impossible, resolve
 
 __all__ = [
     "BY_NAME",
@@ -29,5 +29,6 @@ __all__ = [
     "ResultsWriter",
     "Status",
     "load",
+    "refuse_impossible",
     "resolve",
 ]

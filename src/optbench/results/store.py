@@ -177,3 +177,36 @@ def _as_dtype(values: pd.Series, dtype: str) -> pd.Series:
             lambda v: pd.NA if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) == "True"
         ).astype(DTYPES["bool"])
     return values
+
+
+def refuse_impossible(frame: pd.DataFrame, source: object) -> pd.DataFrame:
+    """`frame`, or a UsageProblem naming the first row whose numbers cannot be measurements (a passed
+    row with a latency that is not a positive number, a negative or NaN raw sample, a speedup that is
+    not positive): gating or reporting them would judge garbage as if sound."""
+    from optbench.errors import UsageProblem
+
+    for index, row in frame.iterrows():
+        if row.get("status") != "passed":
+            continue
+        problem = None
+        median = row.get("latency_ms_median")
+        if (
+            median is not None
+            and not pd.isna(median)
+            and not (math.isfinite(float(median)) and float(median) > 0)
+        ):
+            problem = f"latency_ms_median {median}"
+        samples = row.get("samples_ms")
+        if problem is None and isinstance(samples, list):
+            bad = [x for x in samples if x is None or not math.isfinite(float(x)) or float(x) < 0]
+            if bad:
+                problem = f"a raw sample of {bad[0]} ms"
+        speedup = row.get("speedup")
+        if problem is None and speedup is not None and not pd.isna(speedup) and not float(speedup) > 0:
+            problem = f"speedup {speedup}"
+        if problem is not None:
+            raise UsageProblem(
+                f"{source}: row {index + 1} ({row.get('case_id')}) has {problem}: not a measurement; "
+                "the file is damaged or edited"
+            )
+    return frame
