@@ -16,6 +16,7 @@ from optbench.ab.options import AbOptions
 from optbench.ab.pooling import paired_slices, pool, read_manifest, write_rounds, write_run
 from optbench.ab.sessions import Measured, Side, short
 from optbench.errors import UsageProblem
+from optbench.results.schema import Status
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 130
 GATED = "latency_ms"
@@ -146,8 +147,8 @@ def gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
         return EXIT_INTERRUPTED
     if failed(verdicts):
         return EXIT_REGRESSION
-    both = set(base_frame.loc[base_frame["status"] == "passed", "case_id"]) & set(
-        head_frame.loc[head_frame["status"] == "passed", "case_id"]
+    both = set(base_frame.loc[base_frame["status"] == Status.PASSED, "case_id"]) & set(
+        head_frame.loc[head_frame["status"] == Status.PASSED, "case_id"]
     )
     if not both:
         raise UsageProblem(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from optbench.results.manifest import Manifest, manifest_near
+from optbench.results.schema import Status
 
 if TYPE_CHECKING:
     from optbench.gate.paired import Pair
@@ -79,7 +80,7 @@ def pool(rows: Iterable[Mapping[str, Any]], profile: str | None) -> list[dict[st
         by_case.setdefault(str(row["case_id"]), []).append(row)
     pooled: dict[str, dict[str, Any]] = {}
     for case_id, runs in by_case.items():
-        bad = [r for r in runs if r.get("status") != "passed"]
+        bad = [r for r in runs if r.get("status") != Status.PASSED]
         row = {k: v for k, v in (bad[0] if bad else runs[0]).items() if not str(k).startswith(PRIVATE)}
         samples = [s for r in runs for s in _numbers(r)] if not bad else _numbers(row)
         if samples:
@@ -95,7 +96,7 @@ def pool(rows: Iterable[Mapping[str, Any]], profile: str | None) -> list[dict[st
             not base
             or not base.get("samples_ms")
             or not row.get("samples_ms")
-            or row.get("status") != "passed"
+            or row.get("status") != Status.PASSED
         ):
             continue
         row["baseline_latency_ms"] = base["latency_ms_median"]  # as the runner does, data rows too
@@ -126,7 +127,7 @@ def paired_slices(
     pairs: dict[str, list[Pair]] = {}
     for (case_id, round_), h in sorted(head.items(), key=lambda kv: kv[0][1]):
         b = base.get((case_id, round_))
-        if b is None or b.row.get("status") != "passed" or h.row.get("status") != "passed":
+        if b is None or b.row.get("status") != Status.PASSED or h.row.get("status") != Status.PASSED:
             continue
         bs, hs = _numbers(b.row), _numbers(h.row)
         if not (bs and hs):

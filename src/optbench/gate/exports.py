@@ -7,11 +7,12 @@ from typing import Any
 
 import pandas as pd
 
+from optbench.results.schema import Status
 from optbench.results.values import number as _num
 
 
 def _passed(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[frame["status"] == "passed"]
+    return frame[frame["status"] == Status.PASSED]
 
 
 def bencher_metric_format(frame: pd.DataFrame) -> dict[str, dict[str, dict[str, float]]]:

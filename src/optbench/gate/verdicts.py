@@ -17,6 +17,7 @@ import pandas as pd
 from scipy import stats
 
 from optbench.gate.config import GateConfig, Thresholds
+from optbench.results.schema import BROKEN, Status
 from optbench.results.stats import adjust_p
 from optbench.results.values import number as _num
 
@@ -26,8 +27,6 @@ IDENTITY = ("model", "technique", "device", "mode", "batch_size", "input_shape",
 """What makes two rows the same case."""
 CODE = ("model_code_hash", "technique_code_hash", "dtype")
 """What, when it changed, makes the numbers of one case incomparable."""
-BROKEN = ("failed", "oom", "timeout", "nan_output", "diverged")
-"""Statuses of a case that stopped working: after a pass in the baseline, a regression."""
 MACHINE_CHANGED = "machine changed"
 """The reason of absolute latency's and peak memory's not_comparable verdicts on another machine."""
 
@@ -137,7 +136,7 @@ def _deterministic(
 
 def _accuracy(case_id: str, base: pd.Series, head: pd.Series, t: Thresholds) -> Verdict | None:
     b, h = _num(base.get("top1")), _num(head.get("top1"))
-    if head.get("status") == "fail_accuracy" and base.get("status") != "fail_accuracy":
+    if head.get("status") == Status.FAIL_ACCURACY and base.get("status") != Status.FAIL_ACCURACY:
         return Verdict(
             case_id, "top1", REGRESSED, b, h, reason=f"below the accuracy floor: {head.get('reason')}"
         )
@@ -159,9 +158,9 @@ def _status_change(case_id: str, base: pd.Series, head: pd.Series) -> Verdict | 
     """A case that stopped working (passed, now broken) regressed, with the candidate's reason; one
     that newly passes improved. None when the status says nothing on its own."""
     before, now = base.get("status"), head.get("status")
-    if before == "passed" and now in BROKEN:
+    if before == Status.PASSED and now in BROKEN:
         return Verdict(case_id, "status", REGRESSED, reason=f"{now}: {head.get('reason')}")
-    if before != "passed" and now == "passed" and before in (*BROKEN, "fail_accuracy"):
+    if before != Status.PASSED and now == Status.PASSED and before in (*BROKEN, Status.FAIL_ACCURACY):
         why = f"newly passes (was {before}: {base.get('reason')})"
         return Verdict(case_id, "status", IMPROVED, reason=why)
     return None
@@ -196,7 +195,7 @@ def compare(
             verdicts.append(status)
             continue
         changed = [c for c in CODE if str(b.get(c)) != str(h.get(c))]
-        if changed and h.get("status") == "fail_accuracy" and b.get("status") == "passed":
+        if changed and h.get("status") == Status.FAIL_ACCURACY and b.get("status") == Status.PASSED:
             verdicts.append(
                 Verdict(case_id, "top1", REGRESSED, reason=f"below the accuracy floor: {h.get('reason')}")
             )
@@ -204,10 +203,10 @@ def compare(
         if changed:
             verdicts.append(Verdict(case_id, "case", NOT_COMPARABLE, reason=f"{', '.join(changed)} changed"))
             continue
-        if b.get("status") == h.get("status") != "passed":  # skipped (or failing) then and now
+        if b.get("status") == h.get("status") != Status.PASSED:  # skipped (or failing) then and now
             verdicts.append(Verdict(case_id, "status", UNCHANGED))
             continue
-        if b.get("status") != "passed" or h.get("status") not in ("passed", "fail_accuracy"):
+        if b.get("status") != Status.PASSED or h.get("status") not in (Status.PASSED, Status.FAIL_ACCURACY):
             verdicts.append(
                 Verdict(case_id, "status", NOT_COMPARABLE, reason=f"{b.get('status')} -> {h.get('status')}")
             )
@@ -243,7 +242,7 @@ def compare(
         if key in head_rows:
             continue
         case_id = str(b["case_id"])
-        if asked is not None and case_id in asked and b.get("status") == "passed":
+        if asked is not None and case_id in asked and b.get("status") == Status.PASSED:
             why = "passed in the baseline; this run's selection asks for it, but it has no row"
             verdicts.append(Verdict(case_id, "case", REGRESSED, reason=f"disappeared: {why}"))
         else:

@@ -34,6 +34,7 @@ from optbench.pytest_plugin.run_folder import (
 from optbench.pytest_plugin.stash import ERROR_KEY as _ERROR_KEY
 from optbench.pytest_plugin.stash import STATE_KEY as _STATE_KEY
 from optbench.pytest_plugin.terminal import pytest_terminal_summary  # noqa: F401
+from optbench.results.schema import Status
 
 _FAMILIES = (
     "baseline",
@@ -299,9 +300,9 @@ def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[An
             pytest.fail(f"{row['case_id']}: {row['status']}: {row['reason']}", pytrace=False)
         _warn_weak_model(row, warned)
         _show_eta(request.config, case.id, time.monotonic() - started)
-        if row["status"] == "skipped":
+        if row["status"] == Status.SKIPPED:
             pytest.skip(row["reason"])
-        if row["status"] != "passed":  # an accuracy status, recorded only (--record-accuracy-only)
+        if row["status"] != Status.PASSED:  # an accuracy status, recorded only (--record-accuracy-only)
             import warnings
 
             warnings.warn(f"{row['case_id']}: {row['status']}: {row['reason']}", stacklevel=1)

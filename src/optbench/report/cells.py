@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import pandas as pd
 
+from optbench.results.schema import Status
 from optbench.results.values import number
 
-SHORT_STATUS = {"skipped": "skip", "failed": "FAILED", "oom": "OOM", "nan_output": "NaN"}
+SHORT_STATUS = {Status.SKIPPED: "skip", Status.FAILED: "FAILED", Status.OOM: "OOM", Status.NAN_OUTPUT: "NaN"}
 """How a case that did not pass reads in place of its numbers; other statuses read as themselves."""
 ACCURACY_FLAGS = {
-    "fail_accuracy": " FAIL",
-    "nan_output": " NaN",
-    "nondeterministic_baseline": " NONDET",
-    "diverged": " DIVERGED",
+    Status.FAIL_ACCURACY: " FAIL",
+    Status.NAN_OUTPUT: " NaN",
+    Status.NONDETERMINISTIC_BASELINE: " NONDET",
+    Status.DIVERGED: " DIVERGED",
 }
 """What follows a held-out top-1 whose case's status is about its accuracy."""
 

@@ -10,13 +10,14 @@ from typing import Any
 import pandas as pd
 
 from optbench.report.cells import speedup_text
+from optbench.results.schema import Status
 from optbench.results.values import number as _num
 
 EDGE_SMALLER = 70.0
 """'70% smaller': size_reduction (compressed bytes against eager fp32's) of at least this."""
 EDGE_FASTER = 1.5
 """'50% faster': 1.5x the eager fp32 throughput, i.e. a speedup of at least 1.5."""
-WITHIN_FLOOR = ("passed",)
+WITHIN_FLOOR = (Status.PASSED,)
 """Statuses of rows within the accuracy floor (fail_accuracy rows are outside it)."""
 
 
@@ -67,7 +68,7 @@ def _accuracy_evidence(row: pd.Series) -> str:
         return {"within floor": "within", "below floor": "below"}.get(verdict, "unclear")
     if _num(row.get("top1_delta")) is None:
         return "none"
-    return "below" if row.get("status") == "fail_accuracy" else "within"
+    return "below" if row.get("status") == Status.FAIL_ACCURACY else "within"
 
 
 def _edge_score(row: pd.Series) -> float:
@@ -95,7 +96,7 @@ def _prune_quantize(frame: pd.DataFrame) -> list[Finding]:
     )
     findings = []
     for (model, device), group in recipes.groupby(["model", "device"], sort=True):
-        measured = group[group["status"].isin(WITHIN_FLOOR + ("fail_accuracy",))]
+        measured = group[group["status"].isin(WITHIN_FLOOR + (Status.FAIL_ACCURACY,))]
         within = measured[measured["status"].isin(WITHIN_FLOOR)]
         if within.empty:
             if measured.empty:
@@ -164,7 +165,7 @@ def _best_per_group(
     if rows.empty:
         return out
     for key, group in rows.groupby(["model", "device", "batch_size"], sort=True):
-        passed = group[group["status"] == "passed"]
+        passed = group[group["status"] == Status.PASSED]
         passed = passed[passed["speedup"].notna()] if "speedup" in passed else passed.iloc[0:0]
         if passed.empty:
             statuses = "; ".join(sorted(set(group["status"].astype(str))))

@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from optbench.results.schema import Status
 from optbench.results.values import number
 
 KINDS = ("pareto", "latency", "size_speed", "pct_of_peak")
@@ -95,8 +96,8 @@ def pareto(rows: pd.DataFrame) -> Figure | None:
     if not measured:
         return None
     fig, ax = _figure()
-    ok = [(r, c) for r, c in measured if r["status"] == "passed"]
-    below = [(r, c) for r, c in measured if r["status"] != "passed"]
+    ok = [(r, c) for r, c in measured if r["status"] == Status.PASSED]
+    below = [(r, c) for r, c in measured if r["status"] != Status.PASSED]
     for group, color, marker, name in ((ok, _POINT, "o", "passed"), (below, _FAILED, "x", "below floor")):
         if group:
             xs = [c for _, c in group]
@@ -189,7 +190,7 @@ def size_speed(rows: pd.DataFrame) -> Figure | None:
         return None
     fig, ax = _figure()
     for passed, color, marker in ((True, _POINT, "o"), (False, _FAILED, "x")):
-        chosen = [(x, y) for r, x, y in points if (r["status"] == "passed") == passed]
+        chosen = [(x, y) for r, x, y in points if (r["status"] == Status.PASSED) == passed]
         if chosen:
             ax.scatter(
                 *zip(*chosen, strict=True),

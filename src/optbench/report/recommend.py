@@ -16,6 +16,7 @@ from statistics import NormalDist
 
 import pandas as pd
 
+from optbench.results.schema import Status
 from optbench.results.values import number
 
 GROUP = ("model", "device", "mode", "batch_size", "input_shape")
@@ -79,9 +80,9 @@ class Recommendation:
 def _exclusion(row: pd.Series, limits: Limits) -> str | None:
     """Why this row cannot be recommended, or None."""
     status = row.get("status")
-    if status == "fail_accuracy" and limits.accuracy_floor is None:
+    if status == Status.FAIL_ACCURACY and limits.accuracy_floor is None:
         return "below accuracy floor"
-    if status not in ("passed", "fail_accuracy"):
+    if status not in (Status.PASSED, Status.FAIL_ACCURACY):
         return str(status)
     if number(row.get("speedup")) is None:
         return "no speedup"

@@ -8,6 +8,7 @@ import pandas as pd
 
 from optbench.report.cells import ACCURACY_FLAGS, cell
 from optbench.results.derive import clear_difference
+from optbench.results.schema import Status
 from optbench.results.values import number as _num
 
 
@@ -19,7 +20,7 @@ def _unclear(row: pd.Series) -> bool:
 
 
 def _cell(row: pd.Series) -> str:
-    if row["status"] != "passed":
+    if row["status"] != Status.PASSED:
         return cell(row, None)
     speedup = _num(row.get("speedup"))
     median = row["latency_ms_median"]
@@ -99,7 +100,7 @@ def unclear_speedups(frame: pd.DataFrame) -> str:
     """The cases whose speedup is no clear difference from eager fp32, with their intervals."""
     if "speedup_ci95_low" not in frame.columns:
         return ""
-    rows = frame[(frame["status"] == "passed") & frame.apply(_unclear, axis=1)]
+    rows = frame[(frame["status"] == Status.PASSED) & frame.apply(_unclear, axis=1)]
     if rows.empty:
         return ""
     cases = ", ".join(
@@ -149,7 +150,7 @@ def skip_reasons(frame: pd.DataFrame) -> str:
     lines: list[str] = []
     if "reason" not in frame.columns:
         return ""
-    for status in ("skipped", "failed", "oom", "diverged"):
+    for status in (Status.SKIPPED, Status.FAILED, Status.OOM, Status.DIVERGED):
         subset = frame[frame["status"] == status]
         for reason, group in subset.groupby("reason", sort=False):
             ids = ", ".join(group["case_id"])

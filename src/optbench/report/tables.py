@@ -7,6 +7,7 @@ import pandas as pd
 
 from optbench.report.cells import SHORT_STATUS, cell, speedup_text
 from optbench.report.runs import Run
+from optbench.results.schema import Status
 from optbench.results.values import number
 
 GRID_INDEX = ["model", "device", "mode", "batch_size"]
@@ -29,9 +30,9 @@ def grid_cell(row: pd.Series) -> str:
     accuracy = accuracy_text(row)
     if accuracy:
         text += f", {accuracy}"
-    if status == "fail_accuracy":
+    if status == Status.FAIL_ACCURACY:
         text += " (below floor)"
-    elif status != "passed":
+    elif status != Status.PASSED:
         text += f" ({status})"
     return text
 
@@ -54,7 +55,7 @@ def grid(frame: pd.DataFrame) -> pd.DataFrame:
 
 def not_passed(frame: pd.DataFrame) -> pd.DataFrame:
     """Every case that did not pass, with its status and reason: nothing is dropped silently."""
-    rows = frame[frame["status"] != "passed"]
+    rows = frame[frame["status"] != Status.PASSED]
     out = rows[["case_id", "status", "reason"]].copy()
     out["reason"] = out["reason"].fillna("").astype(str).str.replace(r"\s+", " ", regex=True)
     return out.reset_index(drop=True)
@@ -101,7 +102,7 @@ def cross_run(runs: list[Run]) -> pd.DataFrame:
     key = list(MATCH)
     merged: pd.DataFrame | None = None
     for run in runs:
-        passed = run.rows[run.rows["status"] == "passed"]
+        passed = run.rows[run.rows["status"] == Status.PASSED]
         part = passed[[*key, "device", "latency_ms_median", "speedup"]].copy()
         part = part.assign(**{c: part[c].astype(object).where(part[c].notna(), "") for c in key})
         part = part.drop_duplicates(key, keep="last").rename(

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from optbench.results.manifest import refuse_newer_schema
-from optbench.results.schema import COLUMN_NAMES, COLUMNS, DTYPES, JSON_ONLY, SCHEMA_VERSION, typed
+from optbench.results.schema import COLUMN_NAMES, COLUMNS, DTYPES, JSON_ONLY, SCHEMA_VERSION, Status, typed
 
 PREDICTIONS = "predictions.jsonl"
 
@@ -186,7 +186,7 @@ def refuse_impossible(frame: pd.DataFrame, source: object) -> pd.DataFrame:
     from optbench.errors import UsageProblem
 
     for index, row in frame.iterrows():
-        if row.get("status") != "passed":
+        if row.get("status") != Status.PASSED:
             continue
         problem = None
         median = row.get("latency_ms_median")
