@@ -110,3 +110,21 @@ def test_show_on_a_bad_results_file_is_one_line_and_exit_code_2(tmp_path, name, 
         len(lines) == 1 and lines[0].startswith(f"optbench: error: {tmp_path / name}") and message in lines[0]
     )
     assert (tmp_path / name).read_bytes() == before  # nothing rewritten
+
+
+def test_selfcheck_prints_a_verdict_and_its_exit_code_follows_it(monkeypatch, capsys):
+    """The verdict logic on given figures (whether a real machine agrees is the benchmark's to say)."""
+    import optbench.pytest_plugin.selfcheck as selfcheck
+
+    def fake(model, batch_size, budget, repeats, technique):
+        off = 0.01 if model == "close" else 0.08
+        return {"model": model, "technique": technique, "input_shape": "3x8x8", "batch_size": batch_size,
+                "threads": 2, "repeats": 1, "figures_ms": {"optbench": [1.0]}, "median_ms": {"optbench": 1.0},
+                "vs_torch_timer": off, "vs_perf_counter_loop": 0.0, "harness_overhead": None}  # fmt: skip
+
+    monkeypatch.setattr(selfcheck, "run_selfcheck", fake)
+    assert selfcheck.main(["--model", "close"]) == 0
+    assert "verdict: agrees" in capsys.readouterr().out
+    assert selfcheck.main(["--model", "far"]) == 1
+    out = capsys.readouterr().out
+    assert "verdict: DISAGREES" in out and "selfcheck: FAIL: 0 of 1 checks agree within 3%" in out

@@ -203,7 +203,7 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"  {name:18s} median {result['median_ms'][name]:10.4f} ms   runs: {runs}")
     lines += [
         f"  optbench vs torch.utils.benchmark (median of paired ratios): {result['vs_torch_timer']:+.2%}"
-        "  (target: within 5%)",
+        f"  (target: within {AGREEMENT:.0%})",
         f"  optbench vs bare perf_counter loop (median of paired ratios): {result['vs_perf_counter_loop']:+.2%}",
     ]
     if result["harness_overhead"] is not None:
@@ -211,7 +211,16 @@ def report(result: dict[str, Any]) -> str:
             f"  harness cost per call (no-op model) / measured call: {result['harness_overhead']:.4%}"
             "  (target: < 1%)"
         )
+    lines.append(f"  verdict: {'agrees' if agrees(result) else 'DISAGREES'} with torch.utils.benchmark")
     return "\n".join(lines)
+
+
+AGREEMENT = 0.03
+"""optbench's median and torch.utils.benchmark's must agree within this (median of paired ratios)."""
+
+
+def agrees(result: dict[str, Any]) -> bool:
+    return abs(result["vs_torch_timer"]) <= AGREEMENT
 
 
 def main(argv: list[str]) -> int:
@@ -225,10 +234,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args(argv)
     checks = [(args.model, args.batch_size, args.technique, args.budget)] if args.model else list(CHECKS)
+    failing = 0
     for model, batch_size, technique, budget in checks:
         started = time.perf_counter()
-        print(report(run_selfcheck(model, batch_size, budget, args.repeats, technique)))
+        result = run_selfcheck(model, batch_size, budget, args.repeats, technique)
+        failing += not agrees(result)
+        print(report(result))
         print(f"  ({time.perf_counter() - started:.0f} s)")
         sys.stdout.flush()
+    print(
+        f"selfcheck: {'FAIL' if failing else 'pass'}: {len(checks) - failing} of {len(checks)} checks agree within {AGREEMENT:.0%}"
+    )
     sys.stdout.flush()
-    return 0
+    return 1 if failing else 0
