@@ -199,6 +199,10 @@ def test_a_case_that_disappears_from_a_selection_that_asks_for_it_regresses():
     v = {(f.case_id.split("-")[1], f.metric): f for f in found}
     assert v[("x", "case")].verdict == "regressed" and "disappeared" in v[("x", "case")].reason
     assert v[("s", "case")].verdict == "missing"  # it never worked: nothing stopped working
+    # a base row of that id under another identity (another model) is another case: missing
+    other = [row(), {**row("x"), "model": "n"}]  # its case id is m-x-cpu-bs8 still
+    found = compare(pd.DataFrame(other), pd.DataFrame([row(), row("x")]), asked={"m-x-cpu-bs8"})
+    assert {f.verdict for f in found if f.metric == "case"} == {"missing", "new"}
     # not asked for (another selection): missing, as before
     found = compare(pd.DataFrame(base), pd.DataFrame([row()]), asked={"m-eager-cpu-bs8"})
     assert {f.verdict for f in found if f.metric == "case"} == {"missing"}

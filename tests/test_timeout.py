@@ -31,6 +31,30 @@ class SlowCalls(Technique):
         return prepared.then(self.api, forward=forward)
 
 
+@register_technique
+class SlowFirstCall(Technique):
+    name = "test_slow_first_call"
+    family = "compile"
+    api = "test"
+
+    def apply(self, prepared, ctx):
+        module, calls = prepared.forward, [0]
+
+        def forward(*args):
+            calls[0] += 1
+            if calls[0] == 1:
+                time.sleep(0.3)  # like compiling on the first call
+            return module(*args)
+
+        return prepared.then(self.api, forward=forward)
+
+
+def test_the_first_call_is_preparation_and_is_not_held_to_the_limit(tmp_path, registries):
+    state = RunState(run_id="t", writer=ResultsWriter(tmp_path), timing=FAST, call_timeout_s=0.2)
+    row = CaseRunner(state).run(Case("tiny_mlp", "test_slow_first_call", "cpu", 2))
+    assert row["status"] == "passed" and row["first_call_ms"] >= 300
+
+
 def test_a_call_past_the_limit_is_a_timeout_row_and_the_next_case_runs(tmp_path, registries):
     state = RunState(run_id="t", writer=ResultsWriter(tmp_path), timing=FAST, call_timeout_s=0.2)
     runner = CaseRunner(state)

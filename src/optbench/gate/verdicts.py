@@ -238,11 +238,18 @@ def compare(
             verdicts += [found] if found else []
         accuracy = _accuracy(case_id, b, h, t)
         verdicts += [accuracy] if accuracy else []
+    head_ids = {str(h["case_id"]) for h in head_rows.values()}
     for key, b in base_rows.items():
         if key in head_rows:
             continue
         case_id = str(b["case_id"])
-        if asked is not None and case_id in asked and b.get("status") == Status.PASSED:
+        # Asked for and without a row of that id (a row of that id under another identity is another case)
+        if (
+            asked is not None
+            and case_id in asked
+            and case_id not in head_ids
+            and b.get("status") == Status.PASSED
+        ):
             why = "passed in the baseline; this run's selection asks for it, but it has no row"
             verdicts.append(Verdict(case_id, "case", REGRESSED, reason=f"disappeared: {why}"))
         else:
