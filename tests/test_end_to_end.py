@@ -347,7 +347,12 @@ def test_smoke_rows_carry_accuracy_fidelity_and_status(smoke_run):
     assert set(passed["input_shape"]) == {"3x224x224", "seq64"}
     assert set(passed["eval_input_shape"]) == {"3x32x32", "seq32"}
     assert (passed["eval_samples"] > 0).all() and (passed["top1"] > 0.5).all()
-    assert (passed["top1"] >= 0.99 * passed["top1_fp32"]).all()
+    # Passed: the paired interval of the change is within the floor, or straddles it (unclear); a
+    # point below 0.99 x fp32 passes only as unclear.
+    compared = passed[passed["top1_fp32"].notna()]
+    assert compared["accuracy_verdict"].isin(["within floor", "unclear"]).all()
+    below = compared[compared["top1"] < 0.99 * compared["top1_fp32"]]
+    assert (below["accuracy_verdict"] == "unclear").all() and below["accuracy_note"].notna().all()
     assert (results / "runs" / "smoke" / "claims.md").read_text().count("| Pruning plus quantization") == 2
     for column in ("agreement", "max_abs_error", "mean_abs_error", "cosine_similarity", "top1_ratio"):
         assert passed[column].notna().all(), column

@@ -265,14 +265,16 @@ def test_configuration_overrides_and_acknowledged_regressions():
     stale = GateConfig(Thresholds(fail_on_improvement_pct=25))
     v, _ = verdicts_of([row(), row("x", 50, spread=0.5)], [row(), row("x", 30, spread=0.5)], stale)
     assert v[("x", "latency_ms")].verdict == "regressed"
-    # "x% faster" is in the limit's own measure (base / head - 1): 50 -> 30 ms is 66.7% faster
-    assert (
-        v[("x", "latency_ms")].reason.startswith("66.")
-        and "refresh the baseline" in v[("x", "latency_ms")].reason
-    )
+    # "x% faster" is in the limit's own measure (base / head - 1): 50 -> 30 ms is about 66.7% faster
+    # (the exact figure is the drawn samples' medians')
+    found_x = v[("x", "latency_ms")]
+    assert found_x.reason.startswith(f"{(found_x.base / found_x.head - 1) * 100:.1f}% faster")
+    assert 60 < (found_x.base / found_x.head - 1) * 100 < 73 and "refresh the baseline" in found_x.reason
     under = GateConfig(Thresholds(fail_on_improvement_pct=40))  # 50 -> 38.5 ms: 30% faster, under 40%
     v, _ = verdicts_of([row(), row("x", 50, spread=0.5)], [row(), row("x", 38.5, spread=0.5)], under)
-    assert v[("x", "latency_ms")].verdict == "improved" and v[("x", "latency_ms")].reason.startswith("29.")
+    found_x = v[("x", "latency_ms")]
+    assert found_x.verdict == "improved"
+    assert found_x.reason == f"{(found_x.base / found_x.head - 1) * 100:.1f}% faster"  # about 29.9%, under 40
 
 
 @pytest.mark.parametrize(
