@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from optbench.report.cells import speedup_text
+from optbench.report.recommend import accuracy_evidence
 from optbench.results.schema import Status
 from optbench.results.values import number as _num
 
@@ -60,17 +61,6 @@ def _recipe_text(row: pd.Series, speed: str = "") -> str:
     return f"{row['technique']}: {size:.0f}% smaller, {_speedup_text(row)}{speed}, {_accuracy_text(row)}"
 
 
-def _accuracy_evidence(row: pd.Series) -> str:
-    """within, below, unclear or none: what the row shows about held-out accuracy against fp32's.
-    Random weights have no labels to score: none. Rows from before paired accuracy: the point rule."""
-    verdict = row.get("accuracy_verdict")
-    if isinstance(verdict, str):
-        return {"within floor": "within", "below floor": "below"}.get(verdict, "unclear")
-    if _num(row.get("top1_delta")) is None:
-        return "none"
-    return "below" if row.get("status") == Status.FAIL_ACCURACY else "within"
-
-
 def _edge_score(row: pd.Series) -> float:
     """How close a recipe comes to both targets (1.0: meets both exactly; the weaker side counts)."""
     size = (_num(row.get("size_reduction")) or 0) / EDGE_SMALLER
@@ -116,7 +106,7 @@ def _prune_quantize(frame: pd.DataFrame) -> list[Finding]:
                     )
                 )
             continue
-        evidence = within.apply(_accuracy_evidence, axis=1)
+        evidence = within.apply(accuracy_evidence, axis=1)
         if (evidence == "none").all():  # random weights: speed and size, but nothing on accuracy
             best = within.loc[within.apply(_edge_score, axis=1).idxmax()]
             findings.append(
@@ -138,7 +128,7 @@ def _prune_quantize(frame: pd.DataFrame) -> list[Finding]:
             else within.loc[scores.idxmax()]
         )
         verdict = _edge_verdict(best)
-        if verdict == "holds" and _accuracy_evidence(best) == "unclear":
+        if verdict == "holds" and accuracy_evidence(best) == "unclear":
             verdict = "unclear"  # its accuracy interval straddles the floor
         findings.append(Finding(name, model, device, verdict, _recipe_text(best, " faster")))
     return findings or [Finding(name, "", "", "no evidence in this run", "no prune+quantize rows")]

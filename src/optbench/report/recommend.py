@@ -77,6 +77,22 @@ class Recommendation:
         return self.best.speedup / self.runner_up.speedup
 
 
+def accuracy_evidence(row: pd.Series) -> str:
+    """within, below, unclear or none: what a row shows about accuracy against fp32's. Inference: its
+    paired verdict (rows from before it: the point rule on held-out top-1); training: top-1 after the
+    short training; a data pipeline feeds the same samples, so its cases lose none. Random weights
+    have no labels to score: none."""
+    mode = str(row.get("mode") or "inference")
+    if mode == "data":
+        return "within"
+    verdict = row.get("accuracy_verdict")
+    if isinstance(verdict, str):
+        return {"within floor": "within", "below floor": "below"}.get(verdict, "unclear")
+    if number(row.get("converge_top1_delta" if mode == "training" else "top1_delta")) is None:
+        return "none"
+    return "below" if row.get("status") == Status.FAIL_ACCURACY else "within"
+
+
 def _exclusion(row: pd.Series, limits: Limits) -> str | None:
     """Why this row cannot be recommended, or None."""
     status = row.get("status")
@@ -86,15 +102,10 @@ def _exclusion(row: pd.Series, limits: Limits) -> str | None:
         return str(status)
     if number(row.get("speedup")) is None:
         return "no speedup"
-    verdict = row.get("accuracy_verdict")
-    if limits.accuracy_floor is None and isinstance(verdict, str) and verdict != "within floor":
-        return "below accuracy floor" if verdict == "below floor" else "accuracy unclear"
-    # Accuracy evidence: held-out top-1 (inference), top-1 after the short training (training); a data
-    # pipeline feeds the same samples, so its cases need none. Random weights give none.
-    evidence = {"inference": "top1_delta", "training": "converge_top1_delta"}.get(
-        str(row.get("mode") or "inference")
-    )
-    if row.get("technique") != "eager" and evidence and number(row.get(evidence)) is None:
+    evidence = accuracy_evidence(row)
+    if limits.accuracy_floor is None and evidence in ("below", "unclear"):
+        return "below accuracy floor" if evidence == "below" else "accuracy unclear"
+    if row.get("technique") != "eager" and evidence == "none":
         return "accuracy not measured"
     ratio = number(row.get("top1_ratio"))
     if limits.accuracy_floor is not None and ratio is not None and ratio < limits.accuracy_floor:
