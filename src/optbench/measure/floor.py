@@ -94,13 +94,14 @@ def _paired(
     """The paired interval of the top-1 change and of the agreement with fp32, and the verdict."""
     from optbench.results.stats import paired_difference_interval, proportion_interval
 
-    right, ref_right = logits.argmax(1) == labels, ref_logits.argmax(1) == labels
+    predicted, ref_predicted = logits.argmax(1), ref_logits.argmax(1)
+    right, ref_right = predicted == labels, ref_predicted == labels
     n = len(labels)
     better, worse = int((right & ~ref_right).sum()), int((~right & ref_right).sum())
     low, high = paired_difference_interval(better, worse, n)
     limit = -floor_points / 100 if floor_points is not None else -(1 - floor) * ref_top1
     delta = (better - worse) / n if n else float("nan")
-    agree = int((logits.argmax(1) == ref_logits.argmax(1)).sum())
+    agree = int((predicted == ref_predicted).sum())
     agree_low, agree_high = proportion_interval(agree, n)
     columns: dict[str, Any] = {
         "top1_delta_ci95_low": low,

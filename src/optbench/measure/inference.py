@@ -165,6 +165,8 @@ def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) 
     training = case.mode == TRAINING
     timed = weights.spec.at_shape(setup.timing_shape)
     extra: dict[str, Any] = {}
+    if case.technique == BASELINE:
+        setup.eager.clear()  # the previous group's eager call: freed before this group's is built
     with PeakMemory(device) as memory:
         # weights.build makes a new module from the state dict: training never touches the checkpoint.
         model, inputs = _build(weights, timed, case.batch_size, device)
@@ -223,8 +225,7 @@ def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) 
                 samples = paired.case_samples
             else:
                 samples = time_fn(call, plan_rounds(pilot, policy), 1)
-            if setup.paired and case.technique == BASELINE:  # kept for the group's cases, only this group's
-                setup.eager.clear()
+            if setup.paired and case.technique == BASELINE:  # kept for the group's cases
                 setup.eager[case.group] = (call, statistics.median(samples))
         if paired is None:
             memory.read()

@@ -249,13 +249,12 @@ class CaseRunner:
                 measure(case, row, weights, time_fn)
         except NotApplicable as why:  # the technique saw the case and does not apply to it
             row["status"], row["reason"] = Status.SKIPPED, str(why)
-        except CallTimeout as why:
-            row["status"], row["reason"] = Status.TIMEOUT, str(why)
-            if row.get("hardware_note"):
-                row["reason"] += f" (likely the hardware: {row['hardware_note']})"
         except Exception as error:  # a failing technique is a failed row; the run goes on
-            row["status"] = Status.OOM if _is_oom(error) else Status.FAILED
-            row["reason"] = describe_error(error)
+            if isinstance(error, CallTimeout):
+                row["status"], row["reason"] = Status.TIMEOUT, str(error)
+            else:
+                row["status"] = Status.OOM if _is_oom(error) else Status.FAILED
+                row["reason"] = describe_error(error)
             if row.get("hardware_note"):  # the library's message rarely says the hardware is missing
                 row["reason"] += f" (likely the hardware: {row['hardware_note']})"
         finally:
