@@ -38,24 +38,24 @@ def test_the_import_rules_hold():
     assert "0 broken" in result.stdout
 
 
-def test_results_importing_torch_breaks_a_rule(tmp_path):
+def _lint_with(tmp_path: Path, line: str) -> subprocess.CompletedProcess[str]:
+    """lint-imports on a copy of the source whose results/values.py gains `line`."""
     shutil.copytree(
         ROOT / "src" / "optbench", tmp_path / "optbench", ignore=shutil.ignore_patterns("__pycache__")
     )
     values = tmp_path / "optbench" / "results" / "values.py"
-    values.write_text(values.read_text() + "\nimport torch  # a rule-breaking change\n")
-    result = _lint(tmp_path)
+    values.write_text(values.read_text() + f"\n{line}\n")
+    return _lint(tmp_path)
+
+
+def test_results_importing_torch_breaks_a_rule(tmp_path):
+    result = _lint_with(tmp_path, "import torch  # a rule-breaking change")
     assert result.returncode != 0
     assert "optbench.results is not allowed to import torch" in result.stdout
     assert "BROKEN" in result.stdout
 
 
 def test_a_lower_layer_importing_a_higher_one_breaks_the_layers(tmp_path):
-    shutil.copytree(
-        ROOT / "src" / "optbench", tmp_path / "optbench", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    values = tmp_path / "optbench" / "results" / "values.py"
-    values.write_text(values.read_text() + "\nimport optbench.report.tables  # a cycle between packages\n")
-    result = _lint(tmp_path)
+    result = _lint_with(tmp_path, "import optbench.report.tables  # a cycle between packages")
     assert result.returncode != 0
     assert "optbench.results is not allowed to import optbench.report" in result.stdout
