@@ -499,7 +499,7 @@ def _doctor(src, dst, factor):
 
 
 def test_pytest_bench_gates_itself_against_a_baseline(tmp_path):
-    from test_end_to_end import run_bench
+    from bench_process import run_bench
 
     args = (
         "bench/test_inference.py", "--models", "resnet18", "--techniques", "eager,channels_last",
@@ -589,7 +589,7 @@ register_model(image_classifier("my_net", Net, resolution=16))
 def test_optbench_compare_fails_on_a_case_that_stopped_working(tmp_path):
     """A user's model that breaks in the candidate run fails `--optbench-compare`, with the status and
     the reason of the candidate's row, never as 'not comparable'."""
-    from test_end_to_end import run_bench
+    from bench_process import run_bench
     from user_repo import user_repo
 
     (tmp_path / "repo").mkdir()

@@ -8,7 +8,7 @@ import re
 import shutil
 
 import pytest
-from test_end_to_end import run_bench
+from bench_process import run_bench
 
 from optbench.cli import EXIT_OK, EXIT_USAGE, main
 from optbench.errors import UsageProblem
