@@ -3,8 +3,9 @@ import time
 import pytest
 import torch
 
+from optbench.catalog.tasks.data_dir import check_data_dir
 from optbench.catalog.tasks.digits import digits_task
-from optbench.catalog.tasks.imagefolder import check_data_dir, imagefolder_task
+from optbench.catalog.tasks.imagefolder import imagefolder_task
 from optbench.catalog.tasks.marker_text import marker_text_task
 from optbench.errors import UsageProblem
 

@@ -11,7 +11,7 @@ import importlib.util
 import inspect
 import pkgutil
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -34,6 +34,9 @@ def check_shape(which: str) -> None:
     if which not in SHAPES:
         raise UnknownNameError(f"unknown timing shape {which!r}; valid timing shapes: {', '.join(SHAPES)}")
 
+
+OwnWeights = str | Path | Callable[["ModelSpec"], "Mapping[str, torch.Tensor] | nn.Module"]
+"""A spec's own weights: a file saved with torch.save(model.state_dict(), path), or a loader callable."""
 
 IMAGE = "image_classification"
 TEXT = "text_classification"
@@ -85,6 +88,10 @@ class ModelSpec:
     recipe: TrainRecipe = field(default_factory=TrainRecipe)
     source: str = ""
     """File that registered the spec; its hash is the model's code hash in the results."""
+    weights: OwnWeights | None = None
+    """The model's own weights, used by `--weights own`: a state dict file (a relative path is read
+    from the folder of the file that registered the spec), or a loader(spec) returning a state dict
+    or a module whose state dict fits `build`."""
 
     @property
     def input_shape(self) -> str:
@@ -172,10 +179,12 @@ def image_classifier(
     task_resolution: int | None = None,
     recipe: TrainRecipe | None = None,
     adapt_weights: Callable[[dict[str, torch.Tensor], ModelSpec], dict[str, torch.Tensor]] | None = None,
+    weights: OwnWeights | None = None,
 ) -> ModelSpec:
     """Spec for a model taking a float image batch (N, 3, H, W), timed at `resolution` (its
     deployment shape) and trained and evaluated at `task_resolution` (default: the same). `build` may
-    take `resolution=` too (models with fixed-size inputs, like ViT); then give `adapt_weights`."""
+    take `resolution=` too (models with fixed-size inputs, like ViT); then give `adapt_weights`.
+    `weights`: the model's own weights for `--weights own` (see ModelSpec.weights)."""
 
     return ModelSpec(
         name=name,
@@ -190,6 +199,7 @@ def image_classifier(
         recipe=recipe or TrainRecipe(),
         adapt_weights=adapt_weights,
         source=inspect.stack()[1].filename,
+        weights=weights,
     )
 
 
@@ -203,9 +213,11 @@ def text_classifier(
     tags: Iterable[str] = (),
     task_seq_len: int | None = None,
     recipe: TrainRecipe | None = None,
+    weights: OwnWeights | None = None,
 ) -> ModelSpec:
     """Spec for a model taking token ids (N, seq_len) in [0, vocab_size), timed at `seq_len` (its
-    deployment shape) and trained and evaluated at `task_seq_len` (default: the same)."""
+    deployment shape) and trained and evaluated at `task_seq_len` (default: the same). `weights`: the
+    model's own weights for `--weights own` (see ModelSpec.weights)."""
 
     return ModelSpec(
         name=name,
@@ -220,6 +232,7 @@ def text_classifier(
         tags=frozenset(tags) | {"text"},
         recipe=recipe or TrainRecipe(),
         source=inspect.stack()[1].filename,
+        weights=weights,
     )
 
 

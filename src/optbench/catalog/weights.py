@@ -1,4 +1,5 @@
-"""Which weights a case runs with: random (seeded), trained on the embedded task, or pretrained."""
+"""Which weights a case runs with: random (seeded), trained on the embedded task or --data-dir,
+pretrained (torchvision), or the model's own (the file or loader its spec names)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from optbench.catalog.models import IMAGE, ModelSpec
 from optbench.catalog.tasks.base import TaskData
 from optbench.errors import UsageProblem
 
-WEIGHT_CHOICES = ("random", "trained", "pretrained")
+WEIGHT_CHOICES = ("random", "trained", "pretrained", "own")
 BUILD_SEED = 0
 
 
@@ -34,6 +35,8 @@ class ModelWeights:
     """The spec at the shape the task's held-out split comes in (None: no evaluation)."""
     key: str = ""
     """Identifies these weights in cache keys of techniques that prepare from them."""
+    accuracy_source: str = ""
+    """Where the accuracy figures come from (the row's accuracy_source)."""
 
     def eval_set(self, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The held-out inputs and labels, or their first `limit` (the split is shuffled and
@@ -123,7 +126,7 @@ class WeightsProvider:
 
     def eval_shape(self, spec: ModelSpec) -> str | None:
         """The input shape these weights are evaluated at, without training anything."""
-        if self.choice == "trained":
+        if self.choice in ("trained", "own"):
             return spec.task_input_shape
         if self.choice == "pretrained" and self.data_dir is not None:
             preprocess = pretrained_preprocess(spec)
@@ -178,12 +181,15 @@ class WeightsProvider:
             made_at=at_task.input_shape,
             eval_spec=at_task,
             key=Path(record["path"]).stem,
+            accuracy_source=accuracy_source(task, "trained weights"),
         )
 
     def unavailable_reason(self, spec: ModelSpec) -> str | None:
         """Why these weights do not exist for `spec` (a skipped case), or None."""
         if self.choice == "pretrained" and pretrained_preprocess(spec) is None:
             return f"--weights pretrained: torchvision has no pretrained weights for {spec.name}"
+        if self.choice == "own" and spec.weights is None:
+            return f"--weights own: {spec.name}'s spec names no weights of its own (its weights=)"
         return None
 
     def _pretrained(self, spec: ModelSpec) -> ModelWeights:
@@ -213,4 +219,41 @@ class WeightsProvider:
             made_at=spec.input_shape,
             eval_spec=eval_spec,
             key=file.name,
+            accuracy_source=accuracy_source(task, "pretrained weights") if task else "",
         )
+
+    def _own(self, spec: ModelSpec) -> ModelWeights:
+        from optbench.catalog.own_weights import describe_own, load_own_state, misfit, state_key
+        from optbench.catalog.tasks import task_for
+
+        reason = self.unavailable_reason(spec)
+        if reason:
+            raise UsageProblem(reason)
+        state = load_own_state(spec)
+        task = task_for(spec, self.data_dir)
+        at_task = spec.at_task_shape()  # evaluated where trained weights are; timed at deployment
+        weights = ModelWeights(
+            spec,
+            state,
+            task,
+            f"own ({describe_own(spec)})",
+            made_at=spec.input_shape,
+            eval_spec=at_task,
+            key=state_key(state),
+            accuracy_source=accuracy_source(task, f"own weights ({describe_own(spec)})", always=True),
+        )
+        try:
+            model = weights.build(at_task)
+        except RuntimeError as error:  # missing or unexpected keys, size mismatches
+            raise misfit(spec, error) from None
+        with torch.no_grad():  # one held-out sample tells how many classes the model outputs
+            outputs = model(task.eval_x[:1]).shape[-1]
+        task.check_outputs(spec.name, int(outputs))
+        return weights
+
+
+def accuracy_source(task: TaskData, weights: str, always: bool = False) -> str:
+    """The user's data and `weights`, or the embedded task (naming `weights` too with `always`)."""
+    if task.origin:
+        return f"your data ({task.origin}), {weights}"
+    return f"the embedded task ({task.name})" + (f", {weights}" if always else "")

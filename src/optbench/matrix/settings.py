@@ -60,7 +60,7 @@ def _timing_shape(flag: str, value: str) -> None:
 
 
 def _data_dir(flag: str, value: str) -> None:
-    from optbench.catalog.tasks.imagefolder import check_data_dir
+    from optbench.catalog.tasks.data_dir import check_data_dir
 
     check_data_dir(Path(value))
 
@@ -151,7 +151,8 @@ SETTINGS: tuple[Setting, ...] = (
         "weights",
         "str",
         "random | trained (on the embedded task, or --data-dir; cached) | pretrained (torchvision, from "
-        "the local torch hub cache only)",
+        "the local torch hub cache only) | own (the file or loader a model's spec names as weights=; "
+        "models without are skipped)",
         "weights and accuracy",
         default="trained",
         check=_weights,
@@ -159,8 +160,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "data_dir",
         "path",
-        "evaluate (and train) image models on your ImageFolder data: DIR/<class>/<image>, or "
-        "DIR/train/... and DIR/val/...",
+        "evaluate (and train) on your data: image models on an ImageFolder tree DIR/<class>/<image> (or "
+        "DIR/train/... and DIR/val/...), text models on DIR/eval.jsonl (and DIR/train.jsonl), one "
+        '{"tokens": [ids], "label": k} a line',
         "weights and accuracy",
         check=_data_dir,
         in_manifest=True,

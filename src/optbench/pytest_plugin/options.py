@@ -106,8 +106,8 @@ def selection(config: pytest.Config) -> Any:
             check_techniques(techniques)
         if models is None:
             models = _default_models(config, profile)
-        if values["weights"] == "pretrained":
-            _check_pretrained(models)
+        if values["weights"] in ("pretrained", "own"):
+            _check_weight_files(values["weights"], models)
     except UsageProblem as error:
         from optbench.pytest_plugin.project_config import APPLIED, name_the_key
 
@@ -236,13 +236,16 @@ def _expand_techniques(items: list[str]) -> list[str]:
     return names
 
 
-def _check_pretrained(models: list[str]) -> None:
-    """Offline, pretrained weights must already be in the torch hub cache: say which file, where."""
+def _check_weight_files(choice: str, models: list[str]) -> None:
+    """Pretrained weights must already be in the torch hub cache (offline), and a file a model's
+    spec names for --weights own must exist: say which file, where."""
     from optbench.catalog.models import MODELS
+    from optbench.catalog.own_weights import check_own_weights_file
     from optbench.catalog.weights import pretrained_preprocess, pretrained_weights_file
 
     for name in models:
         spec = MODELS.get(name)
-        if pretrained_preprocess(spec) is None:
-            continue  # no pretrained weights at all: a skipped case with its reason, not an error
-        pretrained_weights_file(spec, must_exist=True)
+        if choice == "own":
+            check_own_weights_file(spec)  # a spec without weights is a skipped case, not an error
+        elif pretrained_preprocess(spec) is not None:  # none at all: a skipped case with its reason
+            pretrained_weights_file(spec, must_exist=True)

@@ -18,6 +18,7 @@ import torch
 
 from optbench.catalog.techniques.base import DATA, TRAINING, NotApplicable
 from optbench.catalog.weights import WeightsProvider
+from optbench.errors import UsageProblem
 from optbench.matrix.case import BASELINE, Case
 from optbench.matrix.profiles import TimingPolicy
 from optbench.measure.ceilings import Ceilings
@@ -198,6 +199,8 @@ def paired_columns(paired: PairedResult | None) -> dict[str, Any]:
 
 def describe_error(error: BaseException) -> str:
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if isinstance(error, UsageProblem):  # already a sentence for the user (bad weights, bad data)
+        return message[:500]
     return f"{type(error).__name__}: {message}"[:500]
 
 
@@ -281,12 +284,7 @@ class CaseRunner:
         labels = weights.eval_set(state.eval_limit)[1] if measured.logits is not None else None
         row.update(self._judge(case, measured.logits, measured.logits_again, labels, measured.nonfinite))
         if labels is not None and weights.task is not None:
-            data_dir = state.weights.data_dir
-            row["accuracy_source"] = (
-                f"your data ({data_dir}), {state.weights.choice} weights"
-                if data_dir is not None
-                else f"the embedded task ({weights.task.name})"
-            )
+            row["accuracy_source"] = weights.accuracy_source
 
     def _training(self, case: Case, row: dict[str, Any], weights: Any, time_fn: TimeFn) -> None:
         from optbench.measure.convergence import verdict

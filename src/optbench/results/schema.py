@@ -160,7 +160,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("accuracy_floor_delta", "float", "quality", "fraction", "the floor as a top-1 change: -(1 - accuracy_floor) x top1_fp32, or -points/100 with --accuracy-floor-points"),
     Column("accuracy_verdict", "str", "quality", "", "within floor (the paired interval lies above the floor), below floor (below it: fail_accuracy) or unclear (it straddles the floor)"),
     Column("accuracy_note", "str", "quality", "", "unclear accuracy: how many more held-out samples would decide it"),
-    Column("accuracy_source", "str", "quality", "", "where the accuracy figures come from: the embedded task (name), or your data (--data-dir) with trained or pretrained weights"),
+    Column("accuracy_source", "str", "quality", "", "where the accuracy figures come from: the embedded task (name), or your data (--data-dir) with trained, pretrained or own weights (own: the file or loader, named on the embedded task too)"),
     Column("top1_ratio", "float", "quality", "", "top1 / top1_fp32"),
     Column("accuracy_floor", "float", "quality", "", "the relative floor: top-1 at least this fraction of fp32's (default 0.99, as MLPerf); fail_accuracy when the paired interval of the change lies below it"),
     Column("agreement", "float", "quality", "", "fraction of held-out samples where the top-1 prediction equals fp32's"),

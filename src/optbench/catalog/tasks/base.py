@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from optbench.catalog.models import IMAGE, TEXT, ModelSpec
+from optbench.errors import UsageProblem
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,28 @@ class TaskData:
     eval_x: torch.Tensor
     eval_y: torch.Tensor
     num_classes: int
+    origin: str = ""
+    """The user's data this came from (--data-dir, or its eval.jsonl); empty for an embedded task."""
+    classes_exact: bool = True
+    """True: the data has exactly `num_classes` classes (class folders, the embedded tasks), so a
+    model must output that many. False: labels are class indices and `num_classes` is one more than
+    the largest seen, so a model must output at least that many."""
+
+    @property
+    def where(self) -> str:
+        """Names the data in accuracy_source and in error lines."""
+        return self.origin or f"the embedded task {self.name}"
+
+    def check_outputs(self, model: str, outputs: int) -> None:
+        """One line, instead of a wrong accuracy, when `model`'s outputs do not fit these classes."""
+        if self.classes_exact and outputs != self.num_classes:
+            raise UsageProblem(
+                f"{model} outputs {outputs} classes but {self.where} has {self.num_classes} classes"
+            )
+        if not self.classes_exact and outputs < self.num_classes:
+            raise UsageProblem(
+                f"{model} outputs {outputs} classes but {self.where} has labels up to {self.num_classes - 1}"
+            )
 
     @property
     def fingerprint(self) -> str:
@@ -32,10 +55,15 @@ class TaskData:
 
 
 def task_for(spec: ModelSpec, data_dir: Path | None = None, preprocess: Any = None) -> TaskData:
-    """The task a model is trained and evaluated on, at the model's task input shape. `preprocess`
+    """The task a model is trained and evaluated on, at the model's task input shape: the user's
+    `data_dir` where it holds data of the model's kind, else the embedded task. `preprocess`
     (resize, crop, mean, std) overrides the ImageNet convention for a --data-dir."""
+    from optbench.catalog.tasks.data_dir import has_images, has_text
+
+    # A --data-dir without data of the model's kind leaves it on its embedded task; accuracy_source
+    # says which it was.
     if spec.task == IMAGE:
-        if data_dir is not None:
+        if data_dir is not None and has_images(Path(data_dir)):
             from optbench.catalog.tasks.imagefolder import imagefolder_task
 
             return imagefolder_task(Path(data_dir), spec.task_resolution, preprocess)
@@ -43,6 +71,11 @@ def task_for(spec: ModelSpec, data_dir: Path | None = None, preprocess: Any = No
 
         return digits_task(spec.task_resolution)
     if spec.task == TEXT:
+        if data_dir is not None and has_text(Path(data_dir)):
+            from optbench.catalog.tasks.token_file import token_file_task
+
+            assert spec.task_seq_len is not None and spec.vocab_size is not None
+            return token_file_task(Path(data_dir), spec.task_seq_len, spec.vocab_size, spec.name)
         from optbench.catalog.tasks.marker_text import marker_text_task
 
         return marker_text_task(spec.task_seq_len, spec.vocab_size)

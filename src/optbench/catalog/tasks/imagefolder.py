@@ -12,28 +12,11 @@ from pathlib import Path
 import torch
 
 from optbench.catalog.tasks.base import TaskData
+from optbench.catalog.tasks.data_dir import check_data_dir
 from optbench.errors import UsageProblem
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-def check_data_dir(path: Path) -> None:
-    """One clear line for a data dir that cannot work, before any model is built."""
-    if not path.exists():
-        raise UsageProblem(f"--data-dir {path} does not exist")
-    if not path.is_dir():
-        raise UsageProblem(f"--data-dir {path} is not a folder")
-    root = path / "val" if (path / "val").is_dir() else path
-    classes = (
-        [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")] if root.is_dir() else []
-    )
-    if not any(root.iterdir()):
-        raise UsageProblem(f"--data-dir {path} is empty")
-    if not classes:
-        raise UsageProblem(f"--data-dir {root} has no class folders (expected {root}/<class>/<image>)")
-    if not any(f.is_file() for c in classes for f in c.iterdir()):
-        raise UsageProblem(f"--data-dir {root} has class folders but no images in them")
 
 
 Preprocess = tuple[int, int, tuple[float, ...], tuple[float, ...]]
@@ -64,7 +47,7 @@ def _load(root: Path, preprocess: Preprocess) -> tuple[torch.Tensor, torch.Tenso
 def imagefolder_task(path: Path, resolution: int, preprocess: Preprocess | None = None) -> TaskData:
     """The folder's images at `resolution`, preprocessed as `preprocess` says (default: the ImageNet
     convention at that resolution)."""
-    check_data_dir(path)
+    check_data_dir(path)  # called directly too, not only through the --data-dir option
     preprocess = preprocess or default_preprocess(resolution)
     if (path / "val").is_dir():
         eval_x, eval_y, classes = _load(path / "val", preprocess)
@@ -78,5 +61,11 @@ def imagefolder_task(path: Path, resolution: int, preprocess: Preprocess | None 
         eval_x, eval_y, classes = _load(path, preprocess)
         train_x, train_y = eval_x[:0], eval_y[:0]
     return TaskData(
-        f"imagefolder:{path.resolve()}@{preprocess[1]}px", train_x, train_y, eval_x, eval_y, len(classes)
+        f"imagefolder:{path.resolve()}@{preprocess[1]}px",
+        train_x,
+        train_y,
+        eval_x,
+        eval_y,
+        len(classes),
+        origin=str(path),
     )
