@@ -43,9 +43,9 @@ class PipelineConfig:
     fed_epochs: int = 1
     """Epochs a case timed alone is fed over (an eager case, or any case under `optbench ab`)."""
     block_batches: int = 4
-    """Paired cases: batches in each block's epoch (optbench.measure.data_paired). Enough for two
-    workers with the default prefetch to run ahead of the step (4 batches in flight), few enough
-    that 10 pairs of them fit a run."""
+    """Paired cases: batches in each block's epoch (optbench.measure.data_paired; the profile's
+    pipeline_block_batches). Enough for two workers with the default prefetch to run ahead of the
+    step (4 batches in flight), few enough that 10 pairs of them fit a run."""
 
     def root(self) -> Path:
         from optbench.catalog.tasks.jpeg_folder import generated_dataset
