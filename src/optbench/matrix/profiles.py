@@ -42,6 +42,8 @@ class Profile:
     """Training cases: steps of the short seeded training (--converge-steps)."""
     pipeline_images: int = 256
     """Data cases: JPEGs in the generated dataset (--pipeline-images)."""
+    pipeline_block_batches: int = 4
+    """Data cases paired with eager: batches in each block's epoch (optbench.measure.data_paired)."""
     call_timeout_s: float = 60.0
     """A case one call of which takes longer than this stops there, as a timeout row (--call-timeout):
     bf16 on a CPU without native bf16 can take a minute a call."""
@@ -63,6 +65,9 @@ PROFILES: dict[str, Profile] = {
             ),
             converge_steps=30,
             pipeline_images=48,
+            # One batch a block: the smoke run checks the harness, and 13 paired data cases of 4-batch
+            # blocks would take it from about a minute to several.
+            pipeline_block_batches=1,
             call_timeout_s=10.0,
         ),
         Profile(

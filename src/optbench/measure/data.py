@@ -16,9 +16,10 @@ import torch
 from optbench.catalog.devices import synchronize
 from optbench.catalog.techniques import Stack
 from optbench.catalog.techniques.data_loader import CORES, LoaderSettings
-from optbench.matrix.case import Case
+from optbench.matrix.case import BASELINE, Case
 from optbench.matrix.profiles import TimingPolicy
 from optbench.measure.inference import TimeFn
+from optbench.measure.paired import PairedResult
 from optbench.results.derive import latency_stats
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -40,6 +41,11 @@ class PipelineConfig:
     loader_epochs: int = 2
     """Epochs the loader alone is timed over (2: an epoch boundary, where workers restart)."""
     fed_epochs: int = 1
+    """Epochs a case timed alone is fed over (an eager case, or any case under `optbench ab`)."""
+    block_batches: int = 4
+    """Paired cases: batches in each block's epoch (optbench.measure.data_paired; the profile's
+    pipeline_block_batches). Enough for two workers with the default prefetch to run ahead of the
+    step (4 batches in flight), few enough that 10 pairs of them fit a run."""
 
     def root(self) -> Path:
         from optbench.catalog.tasks.jpeg_folder import generated_dataset
@@ -122,8 +128,9 @@ def settings_for(case: Case) -> LoaderSettings:
     return settings
 
 
-def _epochs(loader: torch.utils.data.DataLoader, epochs: int) -> Iterator[Any]:
-    for _ in range(epochs):
+def epochs(loader: torch.utils.data.DataLoader, count: int) -> Iterator[Any]:
+    """The batches of `count` epochs of `loader`, each epoch's iterator started when it is reached."""
+    for _ in range(count):
         with warnings.catch_warnings():
             # Without CUDA, pin_memory=True warns on every epoch; the row's pin_memory_effective says so.
             warnings.filterwarnings("ignore", message="'pin_memory' argument is set as true")
@@ -147,6 +154,8 @@ class PipelineFailed(RuntimeError):
 @dataclass
 class PipelineMeasurement:
     columns: dict[str, Any] = field(default_factory=dict)
+    paired: PairedResult | None = None
+    """The case timed against its group's eager loader (None: timed alone)."""
 
 
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -183,10 +192,21 @@ def _consumer(case: Case, device: torch.device, crop: int, classes: int) -> Step
 
 
 def measure_pipeline(
-    case: Case, config: PipelineConfig, time_fn: TimeFn, policy: TimingPolicy
+    case: Case,
+    config: PipelineConfig,
+    time_fn: TimeFn,
+    policy: TimingPolicy,
+    eager: dict[Any, Any] | None = None,
 ) -> PipelineMeasurement:
+    """Measure one data case. With `eager` (the run's store of its group's eager side, None when cases
+    are timed alone), an eager case leaves its loader there and any other case is timed in ABBA
+    blocks against it (optbench.measure.data_paired); otherwise the case is fed one epoch alone."""
+    from optbench.measure import data_paired  # it builds on this module's loaders
+
     settings = settings_for(case)
     device = torch.device(case.device)
+    if eager is not None and case.technique == BASELINE:
+        eager.clear()  # the previous group's eager side: freed before this group's is built
     root = config.root()
     dataset = open_dataset(root, settings, config.crop)
     if len(dataset) < case.batch_size:
@@ -204,27 +224,34 @@ def measure_pipeline(
         "workers_over_cores": settings.num_workers > CORES,
         "pin_memory_effective": pin if settings.pin_memory else None,
     }
+    against = eager.get(case.group) if eager is not None and case.technique != BASELINE else None
+    paired = None
     try:
         loader = make_loader(dataset, settings, case.batch_size)
         started = time.perf_counter()
-        seen = sum(len(y) for _, y in _epochs(loader, config.loader_epochs))
+        seen = sum(len(y) for _, y in epochs(loader, config.loader_epochs))
         columns["loader_samples_per_s"] = seen / (time.perf_counter() - started)
         del loader
 
         classes = len(getattr(dataset, "classes", ())) or case.spec.num_classes
         step = _consumer(case, device, config.crop, classes)
-        loader = make_loader(dataset, settings, case.batch_size, drop_last=True)
-        batches = _epochs(loader, config.fed_epochs)
+        indices = data_paired.block_indices(len(dataset), case.batch_size, config.block_batches)
 
-        def call() -> object:
-            x, y = next(batches)
-            return step(x.to(device, non_blocking=pin), y.to(device, non_blocking=pin))
+        def feeder() -> data_paired.Feeder:  # a side of the pairs, this case's loader on the block subset
+            return data_paired.Feeder(dataset, settings, case.batch_size, indices, step, device)
 
-        rounds = len(loader) * config.fed_epochs
-        # Exactly the epochs' batches, unpaced: the iterator ends with them, and workers would keep
-        # prefetching through a pause.
-        samples = time_fn(call, rounds, 0, paced=False)
-        batches.close()  # ends the loader's iterator: its workers shut down now
+        if against is not None:
+            mine = feeder()
+            paired = data_paired.time_against_eager(mine, against, policy)
+            samples = mine.batch_s
+            del mine  # its loader, and persistent workers with it, before the row is written
+            record = getattr(time_fn, "record", None)
+            if record is not None:  # pytest-benchmark's stats see the case's batches
+                record(samples)
+        else:
+            samples = _fed_alone(case, dataset, settings, config, step, device, time_fn)
+            if eager is not None and case.technique == BASELINE:  # kept for the group's cases
+                eager[case.group] = feeder()
     except PipelineFailed:
         raise
     except Exception as error:  # one line naming the file or the worker, not the worker's traceback
@@ -239,4 +266,30 @@ def measure_pipeline(
             "prepare_s": None,
         }
     )
-    return PipelineMeasurement(columns)
+    return PipelineMeasurement(columns, paired)
+
+
+def _fed_alone(
+    case: Case,
+    dataset: torch.utils.data.Dataset,
+    settings: LoaderSettings,
+    config: PipelineConfig,
+    step: Step,
+    device: torch.device,
+    time_fn: TimeFn,
+) -> list[float]:
+    """Seconds per batch of the whole dataset's epochs feeding `step`, the case timed alone."""
+    pin = settings.pin_memory and torch.cuda.is_available()
+    loader = make_loader(dataset, settings, case.batch_size, drop_last=True)
+    batches = epochs(loader, config.fed_epochs)
+
+    def call() -> object:
+        x, y = next(batches)
+        return step(x.to(device, non_blocking=pin), y.to(device, non_blocking=pin))
+
+    rounds = len(loader) * config.fed_epochs
+    # Exactly the epochs' batches, unpaced: the iterator ends with them, and workers would keep
+    # prefetching through a pause.
+    samples = time_fn(call, rounds, 0, paced=False)
+    batches.close()  # ends the loader's iterator: its workers shut down now
+    return samples

@@ -217,6 +217,7 @@ def pytest_collection_modifyitems(
             images=option["pipeline_images"],
             crop=option["pipeline_crop"],
             data_dir=Path(option["pipeline_data"]) if option["pipeline_data"] else None,
+            block_batches=profile.pipeline_block_batches,
         ),
         timing=profile.timing.with_overrides(option["time_budget"], option["target_precision"]),
         timing_shape=option["timing_shape"],

@@ -303,8 +303,11 @@ class CaseRunner:
     def _data(self, case: Case, row: dict[str, Any], time_fn: TimeFn) -> None:
         from optbench.measure.data import PipelineConfig, measure_pipeline
 
-        config = self.state.pipeline or PipelineConfig()
-        row.update(measure_pipeline(case, config, time_fn, self.state.timing).columns)
+        state = self.state
+        eager = state.eager if state.paired else None  # None: each case timed alone (optbench ab)
+        measured = measure_pipeline(case, state.pipeline or PipelineConfig(), time_fn, state.timing, eager)
+        row.update(measured.columns)
+        row.update(paired_columns(measured.paired))
 
     def _judge(
         self,
