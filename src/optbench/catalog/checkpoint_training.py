@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -22,6 +22,8 @@ class TrainResult:
     epochs: int
     seconds: float
     reached_target: bool
+    target_top1: float | None = None
+    """The recipe's target; None where the task sets the training length instead."""
 
 
 @torch.inference_mode()
@@ -47,6 +49,8 @@ def train(
     from optbench.progress import progress_bar
 
     recipe = spec.recipe
+    if task.epochs is not None:  # the task sets the training length; no target top-1 stops it early
+        recipe = replace(recipe, max_epochs=task.epochs, target_top1=float("inf"))
     torch.manual_seed(seed)
     model = spec.build_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
@@ -98,6 +102,7 @@ def train(
         top1=top1,
         epochs=epoch,
         seconds=time.perf_counter() - started,
-        reached_target=top1 >= recipe.target_top1,
+        reached_target=task.epochs is not None or top1 >= recipe.target_top1,
+        target_top1=None if task.epochs is not None else recipe.target_top1,
     )
     return model.eval(), result

@@ -19,6 +19,13 @@ def main(argv: list[str]) -> int:
         "--models-dir", action="append", default=[], help="another folder of model files (repeatable)"
     )
     parser.add_argument("--data-dir", default=None, help="ImageFolder data for image models (see README)")
+    parser.add_argument(
+        "--image-task",
+        default="hard_digits",
+        choices=("hard_digits", "digits"),
+        help="embedded task for image models without --data-dir: hard_digits (what the default and full "
+        "profiles use) or digits (the smoke profile's)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
 
@@ -50,7 +57,9 @@ def main(argv: list[str]) -> int:
         if not names:
             raise UsageProblem(f"no models of your own in {here}; name zoo models with --models")
     data_dir = Path(args.data_dir) if args.data_dir else None
-    provider = WeightsProvider("trained", data_dir=data_dir, progress=not args.quiet)
+    provider = WeightsProvider(
+        "trained", data_dir=data_dir, progress=not args.quiet, image_task=args.image_task
+    )
     total = time.perf_counter()
     print(
         f"{'model':20s} {'trained at':>10s} {'cache':>5s} {'seconds':>8s} {'epochs':>6s} {'top1':>6s} {'target':>6s}"

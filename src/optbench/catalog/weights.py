@@ -113,6 +113,7 @@ class WeightsProvider:
         cache_root: Path | None = None,
         progress_context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
         progress: bool = True,
+        image_task: str = "hard_digits",
     ) -> None:
         if choice not in WEIGHT_CHOICES:
             raise UsageProblem(f"unknown weights {choice!r}; valid weights: {', '.join(WEIGHT_CHOICES)}")
@@ -122,6 +123,7 @@ class WeightsProvider:
         # Lets the pytest plugin show training progress bars past output capture.
         self.show_progress = progress_context or contextlib.nullcontext
         self.progress = progress
+        self.image_task = image_task
         self._cache: dict[str, ModelWeights | Exception] = {}
 
     def eval_shape(self, spec: ModelSpec) -> str | None:
@@ -161,7 +163,7 @@ class WeightsProvider:
         from optbench.catalog.checkpoints import load_or_train
         from optbench.catalog.tasks import task_for
 
-        task = task_for(spec, self.data_dir)
+        task = task_for(spec, self.data_dir, image_task=self.image_task)
         if task.num_classes != spec.num_classes:
             spec = replace(spec, num_classes=task.num_classes)
         at_task = spec.at_task_shape()  # trained and evaluated at the task's shape
@@ -210,7 +212,7 @@ class WeightsProvider:
             from optbench.catalog.tasks import task_for
 
             eval_spec = spec
-            task = task_for(eval_spec, self.data_dir, preprocess)
+            task = task_for(eval_spec, self.data_dir, preprocess, self.image_task)
         return ModelWeights(
             spec,
             state,
@@ -230,7 +232,7 @@ class WeightsProvider:
         if reason:
             raise UsageProblem(reason)
         state = load_own_state(spec)
-        task = task_for(spec, self.data_dir)
+        task = task_for(spec, self.data_dir, image_task=self.image_task)
         at_task = spec.at_task_shape()  # evaluated where trained weights are; timed at deployment
         weights = ModelWeights(
             spec,

@@ -206,6 +206,7 @@ def pytest_collection_modifyitems(
             data_dir=Path(option["data_dir"]) if option["data_dir"] else None,
             # Training progress bars must reach the terminal through pytest's output capture.
             progress_context=capture.global_and_fixture_disabled if capture is not None else None,
+            image_task=profile.image_task,
         ),
         accuracy_floor=option["accuracy_floor"],
         floor_points=option["accuracy_floor_points"],

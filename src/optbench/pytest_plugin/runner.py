@@ -174,7 +174,8 @@ def training_columns(record: dict[str, Any], spec: Any) -> dict[str, Any]:
         return {}
     return {
         "trained_top1": record["top1"],
-        "target_top1": spec.recipe.target_top1,
+        # Checkpoints from before tasks could set the training length have no target recorded.
+        "target_top1": record.get("target_top1", spec.recipe.target_top1),
         "below_target": not record["reached_target"],
     }
 

@@ -27,6 +27,9 @@ class TaskData:
     """True: the data has exactly `num_classes` classes (class folders, the embedded tasks), so a
     model must output that many. False: labels are class indices and `num_classes` is one more than
     the largest seen, so a model must output at least that many."""
+    epochs: int | None = None
+    """Train zoo models for exactly this many epochs here (no early stop at the recipe's target
+    top-1, which is set for the plain digits task); None: the recipe decides."""
 
     @property
     def where(self) -> str:
@@ -54,7 +57,17 @@ class TaskData:
         return h.hexdigest()[:16]
 
 
-def task_for(spec: ModelSpec, data_dir: Path | None = None, preprocess: Any = None) -> TaskData:
+IMAGE_TASKS = ("hard_digits", "digits")
+"""The embedded image tasks: hard_digits (not saturated; default and full profiles) and digits (the
+plain, saturated one: fast, for the smoke profile's harness check)."""
+
+
+def task_for(
+    spec: ModelSpec,
+    data_dir: Path | None = None,
+    preprocess: Any = None,
+    image_task: str = "hard_digits",
+) -> TaskData:
     """The task a model is trained and evaluated on, at the model's task input shape: the user's
     `data_dir` where it holds data of the model's kind, else the embedded task. `preprocess`
     (resize, crop, mean, std) overrides the ImageNet convention for a --data-dir."""
@@ -67,9 +80,16 @@ def task_for(spec: ModelSpec, data_dir: Path | None = None, preprocess: Any = No
             from optbench.catalog.tasks.imagefolder import imagefolder_task
 
             return imagefolder_task(Path(data_dir), spec.task_resolution, preprocess)
-        from optbench.catalog.tasks.digits import digits_task
+        assert spec.task_resolution is not None
+        if image_task == "digits":
+            from optbench.catalog.tasks.digits import digits_task
 
-        return digits_task(spec.task_resolution)
+            return digits_task(spec.task_resolution)
+        if image_task == "hard_digits":
+            from optbench.catalog.tasks.hard_digits import hard_digits_task
+
+            return hard_digits_task(spec.task_resolution)
+        raise UsageProblem(f"unknown image task {image_task!r}; valid image tasks: {', '.join(IMAGE_TASKS)}")
     if spec.task == TEXT:
         if data_dir is not None and has_text(Path(data_dir)):
             from optbench.catalog.tasks.token_file import token_file_task

@@ -13,8 +13,9 @@ SPLIT_SEED = 0
 HELD_OUT = 0.2
 
 
-@lru_cache(maxsize=8)
-def digits_task(resolution: int) -> TaskData:
+def split_digits(held_out: float) -> tuple[torch.Tensor, torch.Tensor, list[int], list[int]]:
+    """The digits as (n, 8, 8) images in [0, 1], their labels, and a fixed stratified split into
+    train and held-out indices."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -22,8 +23,14 @@ def digits_task(resolution: int) -> TaskData:
     images = torch.tensor(digits.images, dtype=torch.float32) / 16.0  # pixel values are 0..16
     labels = torch.tensor(digits.target, dtype=torch.long)
     train_idx, eval_idx = train_test_split(
-        list(range(len(labels))), test_size=HELD_OUT, random_state=SPLIT_SEED, stratify=digits.target
+        list(range(len(labels))), test_size=held_out, random_state=SPLIT_SEED, stratify=digits.target
     )
+    return images, labels, train_idx, eval_idx
+
+
+@lru_cache(maxsize=8)
+def digits_task(resolution: int) -> TaskData:
+    images, labels, train_idx, eval_idx = split_digits(HELD_OUT)
 
     def prepare(idx: list[int]) -> torch.Tensor:
         x = images[idx].unsqueeze(1)

@@ -1,0 +1,60 @@
+"""The default embedded image task: independent of its train split, big enough, and not saturated."""
+
+import torch
+from torch import nn
+
+from optbench.catalog.models import TrainRecipe, image_classifier
+from optbench.catalog.tasks import task_for
+from optbench.catalog.tasks.hard_digits import EPOCHS, hard_digits_task
+
+
+def test_held_out_is_large_disjoint_and_fixed():
+    task = hard_digits_task(16)
+    assert len(task.eval_y) >= 2000  # a 1-point change must be resolvable by the paired interval
+    assert task.train_x.shape[1:] == (3, 16, 16) and task.eval_x.shape[1:] == (3, 16, 16)
+    assert task.eval_x.min() >= -1 and task.eval_x.max() <= 1
+    # Every class is held out in about equal measure (the digits are split stratified).
+    counts = torch.bincount(task.eval_y, minlength=10)
+    assert counts.min() >= 0.8 * counts.float().mean()
+    # No held-out view is a training view: views are distorted independently, so none repeats.
+    train_rows = {hash(row.numpy().tobytes()) for row in task.train_x.flatten(1)}
+    assert not any(hash(row.numpy().tobytes()) in train_rows for row in task.eval_x.flatten(1))
+    assert hard_digits_task.__wrapped__(16).fingerprint == task.fingerprint  # same data every time
+    assert task.epochs == EPOCHS
+
+
+def test_the_profiles_choose_their_image_task():
+    from optbench.matrix.profiles import get_profile
+
+    spec = image_classifier("x", lambda num_classes: nn.Linear(1, num_classes), resolution=8)
+    assert task_for(spec, image_task=get_profile("default").image_task).name.startswith("hard-digits")
+    assert task_for(spec, image_task=get_profile("smoke").image_task).name.startswith("digits")
+
+
+def _small_cnn(num_classes: int) -> nn.Module:
+    def block(cin: int, cout: int) -> list[nn.Module]:
+        return [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU()]
+
+    return nn.Sequential(
+        *block(3, 32),
+        nn.MaxPool2d(2),
+        *block(32, 64),
+        nn.MaxPool2d(2),
+        *block(64, 64),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, num_classes),
+    )
+
+
+def test_the_task_is_not_saturated():
+    """A small CNN trained as the zoo is (the task's epochs, no early stop) learns it, far from 1."""
+    from optbench.catalog.checkpoint_training import train
+
+    spec = image_classifier(
+        "small_cnn", _small_cnn, resolution=16, recipe=TrainRecipe(target_top1=0.5, lr=3e-3)
+    )
+    model, result = train(spec, hard_digits_task(16), progress=False)
+    assert result.epochs == EPOCHS  # the task sets the length: the recipe's 0.5 target stops nothing
+    assert result.target_top1 is None and result.reached_target
+    assert 0.3 < result.top1 < 0.95  # learned something (chance is 0.1), and not saturated
