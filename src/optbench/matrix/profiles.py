@@ -42,8 +42,11 @@ class Profile:
     """Training cases: steps of the short seeded training (--converge-steps)."""
     pipeline_images: int = 256
     """Data cases: JPEGs in the generated dataset (--pipeline-images)."""
-    pipeline_block_batches: int = 4
+    pipeline_block_batches: int = 2
     """Data cases paired with eager: batches in each block's epoch (optbench.measure.data_paired)."""
+    image_task: str = "hard_digits"
+    """The embedded image task trained weights learn and are evaluated on (no --data-dir): the
+    unsaturated hard_digits, or the plain digits (saturated, but trains in seconds)."""
     call_timeout_s: float = 60.0
     """A case one call of which takes longer than this stops there, as a timeout row (--call-timeout):
     bf16 on a CPU without native bf16 can take a minute a call."""
@@ -68,6 +71,7 @@ PROFILES: dict[str, Profile] = {
             # One batch a block: the smoke run checks the harness, and 13 paired data cases of 4-batch
             # blocks would take it from about a minute to several.
             pipeline_block_batches=1,
+            image_task="digits",
             call_timeout_s=10.0,
         ),
         Profile(
@@ -95,6 +99,7 @@ PROFILES: dict[str, Profile] = {
             ),
             converge_steps=300,
             pipeline_images=1024,
+            pipeline_block_batches=4,
             call_timeout_s=300.0,
         ),
     )

@@ -44,8 +44,8 @@ class PipelineConfig:
     """Epochs a case timed alone is fed over (an eager case, or any case under `optbench ab`)."""
     block_batches: int = 4
     """Paired cases: batches in each block's epoch (optbench.measure.data_paired; the profile's
-    pipeline_block_batches). Enough for two workers with the default prefetch to run ahead of the
-    step (4 batches in flight), few enough that 10 pairs of them fit a run."""
+    pipeline_block_batches). 4 lets two workers with the default prefetch run ahead of the step
+    (4 batches in flight); fewer keep 10 pairs of them affordable in a short run."""
 
     def root(self) -> Path:
         from optbench.catalog.tasks.jpeg_folder import generated_dataset
