@@ -37,6 +37,7 @@ def checkpoint_key(spec: ModelSpec, task: TaskData, seed: int) -> str:
         "recipe": asdict(spec.recipe),
         "autocast": train_autocast(spec.recipe.autocast),  # fp32 on a CPU without native bf16
         "data": task.fingerprint,
+        "task_epochs": task.epochs,  # a task may set the training length
         "seed": seed,
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
