@@ -685,7 +685,7 @@ def test_pretrained_weights_time_and_evaluate_at_their_own_size_and_skip_models_
     torch.manual_seed(0)
     torch.save(resnet18(weights=None).state_dict(), hub / "resnet18-f37072fd.pth")  # the expected name
     data = tmp_path / "data"
-    for name, color in (("a", (200, 30, 30)), ("b", (30, 30, 200))):
+    for name, color in (("tench", (200, 30, 30)), ("goldfish", (30, 30, 200))):  # ImageNet's 0 and 1
         (data / name).mkdir(parents=True)
         for i in range(3):
             Image.new("RGB", (40, 30), color).save(data / name / f"{i}.png")

@@ -156,3 +156,22 @@ def test_a_data_dir_may_hold_text_only_images_only_or_both(tmp_path):
     (tmp_path / "other" / "notes.txt").write_text("x")
     with pytest.raises(UsageProblem, match="has no class folders .* and no eval.jsonl for text models"):
         check_data_dir(tmp_path / "other")
+
+
+def test_pretrained_labels_follow_the_class_folder_names():
+    """An ImageFolder's label i is its i-th folder (alphabetical), not ImageNet's class i: labels
+    are matched by name, and folders that are no category of the weights are one line."""
+    from optbench.catalog.tasks.base import TaskData
+    from optbench.catalog.weights import to_categories
+
+    x = torch.zeros(3, 3, 4, 4)
+    task = TaskData("t", x[:0], torch.zeros(0, dtype=torch.long), x, torch.tensor([0, 1, 1]), 2,
+                    origin="DIR", classes=("goldfish", "tench"))  # fmt: skip
+    mapped = to_categories(task, ["tench", "goldfish", "great white shark"], "resnet18's weights")
+    assert mapped.eval_y.tolist() == [1, 0, 0] and mapped.num_classes == 3
+    odd = TaskData("t", x[:0], torch.zeros(0, dtype=torch.long), x, torch.tensor([0, 1, 1]), 2,
+                   origin="DIR", classes=("a", "tench"))  # fmt: skip
+    with pytest.raises(
+        UsageProblem, match=r"outputs 3 classes, and DIR's class folders 'a' are not among them"
+    ):
+        to_categories(odd, ["tench", "goldfish", "great white shark"], "resnet18's weights")

@@ -213,6 +213,7 @@ class WeightsProvider:
 
             eval_spec = spec
             task = task_for(eval_spec, self.data_dir, preprocess, self.image_task)
+            task = to_categories(task, list(weights.meta["categories"]), f"{spec.name}'s {weights}")
         return ModelWeights(
             spec,
             state,
@@ -252,6 +253,34 @@ class WeightsProvider:
             outputs = model(task.eval_x[:1]).shape[-1]
         task.check_outputs(spec.name, int(outputs))
         return weights
+
+
+def to_categories(task: TaskData, categories: list[str], weights: str) -> TaskData:
+    """`task` with its labels as indices into the pretrained weights' `categories`, matched by class
+    folder name: label i of an ImageFolder is its i-th folder, not the weights' i-th class. A folder
+    not named after a category is one line, not a wrong accuracy."""
+    index = {name: i for i, name in reversed(list(enumerate(categories)))}  # duplicates: the first
+    unknown = [name for name in task.classes if name not in index]
+    if not task.classes:
+        raise UsageProblem(
+            f"--weights pretrained: {weights} outputs {len(categories)} classes, and {task.where} has no "
+            "class names to match them with: give --data-dir an ImageFolder named after its categories"
+        )
+    if unknown:
+        shown = ", ".join(repr(n) for n in unknown[:3]) + (" ..." if len(unknown) > 3 else "")
+        raise UsageProblem(
+            f"--weights pretrained: {weights} outputs {len(categories)} classes, and {task.where}'s "
+            f"class folders {shown} are not among them: name each folder after one of its categories "
+            f"(e.g. {categories[0]!r}), or use --weights own or trained"
+        )
+    mapping = torch.tensor([index[name] for name in task.classes])
+    return replace(
+        task,
+        train_y=mapping[task.train_y],
+        eval_y=mapping[task.eval_y],
+        num_classes=len(categories),
+        classes=tuple(categories),
+    )
 
 
 def accuracy_source(task: TaskData, weights: str, always: bool = False) -> str:

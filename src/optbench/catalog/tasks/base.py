@@ -27,6 +27,8 @@ class TaskData:
     """True: the data has exactly `num_classes` classes (class folders, the embedded tasks), so a
     model must output that many. False: labels are class indices and `num_classes` is one more than
     the largest seen, so a model must output at least that many."""
+    classes: tuple[str, ...] = ()
+    """Class names, where the data has them (an ImageFolder's class folders): label i is classes[i]."""
     epochs: int | None = None
     """Train zoo models for exactly this many epochs here (no early stop at the recipe's target
     top-1, which is set for the plain digits task); None: the recipe decides."""

@@ -68,4 +68,5 @@ def imagefolder_task(path: Path, resolution: int, preprocess: Preprocess | None 
         eval_y,
         len(classes),
         origin=str(path),
+        classes=tuple(classes),
     )
