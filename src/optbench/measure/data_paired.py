@@ -3,8 +3,8 @@ when to stop and what the interval is; this module only says what a block is).
 
 A block is one epoch over a fixed subset of the dataset, `PipelineConfig.block_batches` batches (all
 of it when it holds fewer). An epoch, because what a loader setting changes is an epoch's time, stalls and worker
-start-up included; a subset, because an epoch of the run's dataset takes about 8 s at batch 32 on a
-2-core CPU, and the fewest pairs (10) would then cost nearly three minutes a case. Each side's
+start-up included; a subset, because the fewest pairs (10) of whole epochs of the run's dataset would
+cost minutes a case on a 2-core CPU. Each side's
 loader is built once and kept alive for the case; each block starts a fresh iterator and runs it to
 its end, so neither side's workers run during the other side's block (workers without persistence
 start and stop within each block, persistent ones stay up and idle between blocks, as across epochs
@@ -23,10 +23,6 @@ from optbench.catalog.techniques.data_loader import LoaderSettings
 from optbench.matrix.profiles import TimingPolicy
 from optbench.measure.data import Step, epochs, make_loader
 from optbench.measure.paired import BLOCK_S, PairedResult, time_paired
-
-BLOCK_BATCHES = 4
-"""Batches in a block's epoch: enough for two workers with the default prefetch to run ahead of the
-step (4 batches in flight), few enough that 10 pairs of them fit a run."""
 
 
 def block_indices(images: int, batch_size: int, block_batches: int) -> list[int]:
