@@ -70,7 +70,7 @@ class TooLossy(Technique):
 
 @pytest.fixture
 def state(tmp_path, registries):
-    weights = WeightsProvider("trained", cache_root=tmp_path / "cache")
+    weights = WeightsProvider("trained", cache_root=tmp_path / "cache", image_task="digits")
     return RunState(run_id="t", writer=ResultsWriter(tmp_path / "run"), timing=FAST, weights=weights)
 
 
@@ -173,3 +173,13 @@ def test_accuracy_verdicts_within_below_and_unclear_from_the_paired_interval():
     absolute = judge(case_logits := ref_logits.clone(), labels, False, reference, 0.99, floor_points=1.0)
     assert absolute["accuracy_floor_delta"] == -0.01 and case_logits is not None
     assert 0 <= below["agreement_ci95_low"] <= below["agreement"] <= below["agreement_ci95_high"] <= 1
+
+
+def test_top1_reads_tied_logits_as_the_paired_interval_does():
+    """bf16 rounds logits to ties; top-1 must take the same class argmax does, or top1_delta and the
+    paired interval disagree (a +0.2-point change beside 100% agreement, seen on BERT bf16)."""
+    from optbench.measure import accuracy
+
+    logits = torch.tensor([[1.0, 1.0, 0.0], [0.0, 2.0, 2.0]])
+    labels = torch.tensor([1, 2])  # each label is the second of two tied classes
+    assert accuracy.topk_accuracy(logits, labels, 1) == float((logits.argmax(1) == labels).float().mean())

@@ -63,7 +63,7 @@ def example(registries, tmp_path_factory):
 
 @pytest.fixture
 def state(tmp_path, registries):
-    weights = WeightsProvider("trained", cache_root=tmp_path / "cache", progress=False)
+    weights = WeightsProvider("trained", cache_root=tmp_path / "cache", progress=False, image_task="digits")
     return RunState(run_id="t", writer=ResultsWriter(tmp_path / "run"), timing=FAST, weights=weights)
 
 

@@ -76,8 +76,10 @@ def test_a_relative_file_is_read_beside_the_model_file_and_a_loader_may_return_a
     assert own_weights_file(spec) == tmp_path / "models" / "w.pt"
     module = image_net(10)
     loaded = image_classifier("loaded", image_net, resolution=8, weights=lambda spec: module)
-    weights = WeightsProvider("own").get(loaded)  # no --data-dir: the embedded digits, 10 classes
-    assert weights.accuracy_source.startswith("the embedded task (digits-8px-seed0), own weights (loader ")
+    weights = WeightsProvider("own").get(loaded)  # no --data-dir: the embedded hard digits, 10 classes
+    assert weights.accuracy_source.startswith(
+        "the embedded task (hard-digits-8px-seed0-v6x3-n0.3), own weights (loader "
+    )
     assert torch.equal(weights.build().state_dict()["1.weight"], module.state_dict()["1.weight"])
 
 
@@ -88,7 +90,9 @@ def test_a_model_that_outputs_other_classes_than_the_data_is_one_line(tmp_path):
     with pytest.raises(UsageProblem) as found:
         WeightsProvider("own", data_dir=data).get(spec)
     assert str(found.value) == f"three_way outputs 3 classes but {data} has 2 classes"
-    with pytest.raises(UsageProblem, match="^three_way outputs 3 classes but the embedded task digits-8px"):
+    with pytest.raises(
+        UsageProblem, match="^three_way outputs 3 classes but the embedded task hard-digits-8px"
+    ):
         WeightsProvider("own").get(spec)
     text = text_classifier("two_way", text_net, seq_len=SEQ, vocab_size=VOCAB, num_classes=2,
                            weights=saved(tmp_path / "t.pt", text_net(2)))  # fmt: skip

@@ -159,7 +159,7 @@ def test_short_training_learns_and_a_diverged_one_is_flagged():
 
 @pytest.fixture
 def state(tmp_path, registries):
-    weights = WeightsProvider("trained", cache_root=tmp_path / "cache", progress=False)
+    weights = WeightsProvider("trained", cache_root=tmp_path / "cache", progress=False, image_task="digits")
     return RunState(
         run_id="t",
         writer=ResultsWriter(tmp_path / "run"),
