@@ -327,6 +327,28 @@ def test_publish_refreshes_the_folder_and_the_readme_block(run_dir, tmp_path):
     assert "commit 0123456789ab" in block
 
 
+def test_publish_says_a_stopped_run_is_part_of_its_matrix_and_names_the_cpu(run_dir, tmp_path):
+    """A run stopped early publishes what it measured, saying how much of its matrix that is."""
+    import json
+
+    rows = pd.read_csv(run_dir / "results.csv")
+    rows["cpu_capability"], rows["cpu_isa"] = "AVX512", "avx2 avx512f"
+    rows.to_csv(run_dir / "results.csv", index=False)
+    (run_dir / "results.jsonl").unlink(missing_ok=True)  # the CSV is the one the reader takes then
+    manifest = run_dir / "run.json"
+    data = json.loads(manifest.read_text()) if manifest.exists() else {"run_id": "r1", "cases": []}
+    data.update(matrix_cases=len(rows) + 5, cases=list(rows["case_id"]) + [f"x{i}" for i in range(5)])
+    data.setdefault("config", {})
+    data.setdefault("git_sha", "0123456789ab")
+    manifest.write_text(json.dumps(data))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{START}\n{END}\n")
+    assert main(["publish", str(run_dir), "--dir", str(tmp_path / "pub"), "--readme", str(readme)]) == EXIT_OK
+    block = readme.read_text()
+    assert f"after {len(rows)} of its {len(rows) + 5} cases" in block
+    assert "(AVX512; avx2 avx512f)" in block
+
+
 def test_publish_without_the_readme_markers_writes_nothing(run_dir, tmp_path, capsys):
     readme = tmp_path / "README.md"
     readme.write_text("# no markers\n")

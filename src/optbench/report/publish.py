@@ -10,7 +10,7 @@ from optbench.errors import UsageProblem
 from optbench.report.build import HTML, MARKDOWN, render
 from optbench.report.markdown import md_table, recommendations_frame
 from optbench.report.recommend import Limits, recommend
-from optbench.report.runs import read_runs
+from optbench.report.runs import Run, read_runs
 
 START = "<!-- optbench publish: start (written by `optbench publish`; edits here are overwritten) -->"
 END = "<!-- optbench publish: end -->"
@@ -24,12 +24,28 @@ def readme_block(run_path: str, folder: Path, limits: Limits) -> str:
     torch = sorted({str(s) for s in run.rows["torch_version"].dropna() if str(s)})
     stamps = run.rows["timestamp"].dropna().astype(str)
     when = stamps.max()[:10] if not stamps.empty else "?"
+    cpu = sorted(
+        {
+            f"{c}; {i}"
+            for c, i in zip(_column(run, "cpu_capability"), _column(run, "cpu_isa"), strict=True)
+            if c or i
+        }
+    )
+    planned = run.manifest.matrix_cases if run.manifest is not None else 0
+    done = len(run.rows)
+    # A run stopped early publishes what it measured, and says it is part of its matrix.
+    extent = (
+        f"stopped {when} after {done} of its {planned} cases"
+        if planned > done
+        else f"finished {when}: {done} cases"
+    )
     table = recommendations_frame(recommend(run.rows, limits)).drop(columns=["why"])
     return "\n".join(
         [
             START,
-            f"Run `{run.label}` of commit {', '.join(s[:12] for s in shas) or '?'} on {', '.join(devices) or '?'}, "
-            f"torch {', '.join(torch) or '?'}, finished {when}: {len(run.rows)} cases. Full report: "
+            f"Run `{run.label}` of commit {', '.join(s[:12] for s in shas) or '?'} on {', '.join(devices) or '?'}"
+            + (f" ({', '.join(cpu)})" if cpu else "")
+            + f", torch {', '.join(torch) or '?'}, {extent}. Full report: "
             f"[{folder.as_posix()}/{MARKDOWN}]({folder.as_posix()}/{MARKDOWN}) and "
             f"[{folder.as_posix()}/{HTML}]({folder.as_posix()}/{HTML}) (plots; download and open it).",
             "",
@@ -37,6 +53,13 @@ def readme_block(run_path: str, folder: Path, limits: Limits) -> str:
             END,
         ]
     )
+
+
+def _column(run: Run, name: str) -> list[str]:
+    """The row values of a text column, "" where missing (older runs lack the hardware columns)."""
+    if name not in run.rows:
+        return [""] * len(run.rows)
+    return [str(v) if isinstance(v, str) else "" for v in run.rows[name]]
 
 
 def _replace_block(text: str, block: str, readme: Path) -> str:
