@@ -7,8 +7,11 @@ technique (eager plus a change read from techniques/gate_injection.json, zero in
 for each trial edits that JSON in the working tree and runs `optbench ab --base HEAD`, so base and
 head differ only by the injected change:
 
-    python scripts/gate_quality.py --aa 40 --slowdowns 0.05:5,0.10:20,0.25:8 --accuracy 4 \\
-        -- bench/test_inference.py --profile smoke --models resnet18 --devices cpu
+    python scripts/gate_quality.py --aa 20 --slowdowns 0.05:10,0.10:20,0.25:8 --accuracy 4 \\
+        -- bench/ --profile gate --devices cpu
+
+The pytest arguments default to the gated selection (the gate profile, on the CPU), to which the
+injected technique is added.
 """
 
 from __future__ import annotations
@@ -90,6 +93,16 @@ def _injected(out: Path) -> tuple[float | None, float | None]:
             ratios = json.loads((out / "gate.json").read_text())["ab"]["paired_ratios"].get(row["case_id"])
             paired = statistics.median(ratios) if ratios else None
     return reached, paired
+
+
+def own_techniques(pytest_args: list[str]) -> bool:
+    """Whether the selection's profile names its own techniques (the gate's): the injected technique
+    then joins its inference cases (gate_injected.py), so exactly the gated cases are timed, with the
+    injected case beside them. Otherwise the script names eager, channels_last and the injected one."""
+    from optbench.matrix.profiles import PROFILES
+
+    named = pytest_args[pytest_args.index("--profile") + 1] if "--profile" in pytest_args else "default"
+    return named in PROFILES and PROFILES[named].techniques is not None
 
 
 def trial(
@@ -219,10 +232,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.redecide:
         return redecide(Path(args.redecide))
-    pytest_args = args.pytest_args or [
-        "bench/test_inference.py", "--profile", "smoke", "--models", "resnet18", "--devices", "cpu",
-    ]  # fmt: skip
-    pytest_args = [*pytest_args, "--techniques", f"eager,channels_last,{CASE_TECHNIQUE}"]
+    pytest_args = args.pytest_args or ["bench/", "--profile", "gate", "--devices", "cpu"]
+    if "--techniques" not in pytest_args and not own_techniques(pytest_args):
+        pytest_args = [*pytest_args, "--techniques", f"eager,channels_last,{CASE_TECHNIQUE}"]
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="optbench-gate-quality-"))
     work.mkdir(parents=True, exist_ok=True)
     repo, cache = scratch_clone(work), work / "cache"

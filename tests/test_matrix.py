@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from optbench.matrix.case import Case, Selection, build_matrix
@@ -87,6 +89,29 @@ def test_default_matrix_of_each_mode_holds_only_techniques_of_that_mode(registri
     names = {c.technique for c in build_matrix(_select(techniques=None), "data")}
     # persistent_workers and prefetch_<N> need workers: in stacks only, never alone
     assert "persistent_workers" not in names and any(n.endswith("+persistent_workers") for n in names)
+
+
+def test_the_gate_profile_is_every_family_in_each_mode_on_smokes_models(registries):
+    from optbench.matrix.profiles import PROFILES
+
+    gate = PROFILES["gate"]
+    assert gate.timing == PROFILES["smoke"].timing and gate.image_task == PROFILES["smoke"].image_task
+    select = _select(models=["resnet18", "lstm_classifier"], techniques=None, profile="gate")
+    cases = {mode: build_matrix(select, mode) for mode in ("inference", "training", "data")}
+    inference = {c.technique for c in cases["inference"]}
+    # every inference family, and the CPU's default stack rather than CUDA's
+    families = {f for c in cases["inference"] for f in c.families}
+    assert {"baseline", "layout", "precision", "compile", "quantization", "pruning"} <= families
+    assert "channels_last+bf16_autocast" in inference and "channels_last+fp16_autocast" not in inference
+    assert {c.technique for c in cases["training"]} == {
+        "eager", "bf16_autocast", "fp16_autocast", "activation_checkpoint", "grad_accum_2"
+    }  # fmt: skip
+    assert {c.technique for c in cases["data"]} == {"eager", "pin_memory", "workers_2+persistent_workers"}
+    # smoke's batch sizes (resnet18 2, the LSTM 4), not the default profile's
+    assert {(c.model, c.batch_size) for c in cases["inference"]} == {("resnet18", 2), ("lstm_classifier", 4)}
+    assert sum(map(len, cases.values())) == 2 * 10 + 2 * 5 + 2 * 3  # bench/ feeds the loader resnet18 only
+    on_cuda = {c.technique for c in build_matrix(replace(select, devices=["cuda"]), "inference")}
+    assert "channels_last+fp16_autocast" in on_cuda and "channels_last+bf16_autocast" not in on_cuda
 
 
 # The table of options (optbench.matrix.settings): each option declared once, and every place that

@@ -95,3 +95,21 @@ class GateInjected(Technique):
                     state["repeats"] = max(1, round(state["repeats"] * slowdown / max(reached - 1, 1e-3)))
                 columns = {"injected_ratio": round(reached, 4), "injected_matmuls": state["repeats"]}
         return prepared.then(self.api, forward=injected, columns=columns)
+
+
+def _join_profiles() -> None:
+    """A profile with its own techniques (the gate's) times the injected case beside its own
+    inference cases, so the script measures the gate on exactly the gated selection plus this case."""
+    from dataclasses import replace
+
+    from optbench.matrix import profiles
+
+    for name, profile in list(profiles.PROFILES.items()):
+        if profile.techniques is not None and CASE not in profile.techniques.get("inference", ()):
+            own = dict(profile.techniques)
+            own["inference"] = (*own.get("inference", ()), CASE)
+            profiles.PROFILES[name] = replace(profile, techniques=own)
+
+
+CASE = GateInjected.name
+_join_profiles()

@@ -35,7 +35,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "ab",
         help="A/B gate: run base ref and working tree interleaved, case by case, on this machine "
-        "(exit 1 on a regression): optbench ab --base REF -- bench/ --profile smoke",
+        "(exit 1 on a regression): optbench ab --base REF -- bench/ --profile gate",
     )
     parser.add_argument(
         "--base", required=True, metavar="REF", help="the commit to compare with (e.g. origin/main)"

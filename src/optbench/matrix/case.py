@@ -8,6 +8,7 @@ from typing import Any
 from optbench.catalog.devices import unavailable_reason
 from optbench.catalog.models import IMAGE, MODELS, ModelSpec
 from optbench.catalog.techniques import Stack, Technique, default_techniques, resolve
+from optbench.matrix.profiles import get_profile
 
 BASELINE = "eager"
 
@@ -79,7 +80,7 @@ class Selection:
         if known and not self.models_given:
             changes["models"] = known
         if isinstance(batch_sizes, dict):
-            batch_sizes = batch_sizes.get(self.profile) or batch_sizes.get("default")
+            batch_sizes = batch_sizes.get(get_profile(self.profile).batch_key) or batch_sizes.get("default")
         if batch_sizes and self.batch_sizes is None:
             changes["batch_sizes"] = list(batch_sizes)  # type: ignore[call-overload]
         return replace(self, **changes) if changes else self  # type: ignore[arg-type]
@@ -89,10 +90,15 @@ def build_matrix(selection: Selection, mode: str) -> list[Case]:
     """Every case of the selection, each eager baseline first in its group so speedups are measured
     close in time. Unsupported cases stay in, with the reason they will be skipped."""
 
+    profile = get_profile(selection.profile)
+
     def techniques_on(device: str) -> list[str]:
-        chosen = (
-            selection.techniques if selection.techniques is not None else default_techniques(device, mode)
-        )
+        chosen = selection.techniques
+        if chosen is None:
+            every = default_techniques(device, mode)
+            # A profile's own list (the gate's) keeps what has this mode and, for stacks, this device.
+            own = None if profile.techniques is None else profile.techniques.get(mode, ())
+            chosen = every if own is None else [t for t in own if t in every]
         return [t for t in chosen if t == BASELINE] + [t for t in chosen if t != BASELINE]
 
     from optbench.catalog.weights import WeightsProvider
@@ -103,7 +109,7 @@ def build_matrix(selection: Selection, mode: str) -> list[Case]:
         spec = MODELS.get(model)
         # A model named explicitly but not part of the profile runs at its default batch size.
         batch_sizes = selection.batch_sizes or list(
-            spec.batch_sizes.get(selection.profile) or spec.batch_sizes.get("default") or (1,)
+            spec.batch_sizes.get(profile.batch_key) or spec.batch_sizes.get("default") or (1,)
         )
         no_weights = weights.unavailable_reason(spec)  # once per model, not once per case
         if mode == "data" and spec.task != IMAGE:  # eager's data case too, not only the loader techniques

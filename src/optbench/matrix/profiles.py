@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 
@@ -50,30 +51,69 @@ class Profile:
     call_timeout_s: float = 60.0
     """A case one call of which takes longer than this stops there, as a timeout row (--call-timeout):
     bf16 on a CPU without native bf16 can take a minute a call."""
+    sizes_from: str | None = None
+    """The key of a model spec's batch sizes this profile reads (None: its own name); a model joins
+    the profile when that key has batch sizes."""
+    techniques: Mapping[str, tuple[str, ...]] | None = None
+    """Per mode, the techniques (and stacks) this profile runs when --techniques is not given, each
+    where it applies; a device's default stack only on that device (None: every one)."""
 
+    @property
+    def batch_key(self) -> str:
+        return self.sizes_from or self.name
+
+
+SMOKE = Profile(
+    "smoke",
+    "a few small models, every technique, short timing: checks the harness in about a minute",
+    TimingPolicy(
+        warmup_s=0.3,
+        warmup_rounds=2,
+        warmup_max_s=3.0,
+        budget_s=1.0,
+        min_rounds=8,
+        target_rel_ci=0.05,
+    ),
+    converge_steps=30,
+    pipeline_images=48,
+    # One batch a block: the smoke run checks the harness, and 13 paired data cases of 4-batch
+    # blocks would take it from about a minute to several.
+    pipeline_block_batches=1,
+    image_task="digits",
+    call_timeout_s=10.0,
+)
+
+# The gate's selection (docs/gate.md): smoke's models, shapes and timing, with one or two techniques
+# of every family in each mode, so that `optbench ab` on it fits a few minutes a side on 2 cores.
+GATE = replace(
+    SMOKE,
+    name="gate",
+    description="the pull-request gate's cases: smoke's models and timing, every family and mode, "
+    "one or two techniques each",
+    sizes_from="smoke",
+    techniques={
+        "inference": (
+            "eager",
+            "channels_last",
+            "bf16_autocast",
+            "fp16_autocast",
+            "compile",
+            "int8_dynamic",
+            "int8_static_fx",
+            "prune_l1_50",
+            "prune_channels_30",
+            "channels_last+bf16_autocast",
+            "channels_last+fp16_autocast",
+        ),
+        "training": ("eager", "bf16_autocast", "fp16_autocast", "activation_checkpoint", "grad_accum_2"),
+        "data": ("eager", "pin_memory", "workers_2+persistent_workers"),
+    },
+)
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile(
-            "smoke",
-            "a few small models, every technique, short timing: checks the harness in about a minute",
-            TimingPolicy(
-                warmup_s=0.3,
-                warmup_rounds=2,
-                warmup_max_s=3.0,
-                budget_s=1.0,
-                min_rounds=8,
-                target_rel_ci=0.05,
-            ),
-            converge_steps=30,
-            pipeline_images=48,
-            # One batch a block: the smoke run checks the harness, and 13 paired data cases of 4-batch
-            # blocks would take it from about a minute to several.
-            pipeline_block_batches=1,
-            image_task="digits",
-            call_timeout_s=10.0,
-        ),
+        SMOKE,
         Profile(
             "default",
             "the whole zoo at one batch size, 5 s of timing per case",
@@ -102,6 +142,7 @@ PROFILES: dict[str, Profile] = {
             pipeline_block_batches=4,
             call_timeout_s=300.0,
         ),
+        GATE,
     )
 }
 

@@ -209,7 +209,10 @@ def _default_models(config: pytest.Config, profile: str) -> list[str]:
 
     zoo = config.getoption("zoo")
     with_zoo = in_optbench_repository(config) if zoo is None else zoo
-    models = [s.name for s in MODELS if s.in_profile(profile) and (with_zoo or not is_zoo_model(s.name))]
+    from optbench.matrix.profiles import get_profile
+
+    key = get_profile(profile).batch_key
+    models = [s.name for s in MODELS if s.in_profile(key) and (with_zoo or not is_zoo_model(s.name))]
     if not models:
         raise UsageProblem(
             f"no models to benchmark in the {profile} profile: {config.rootpath / 'models'} registers none; "

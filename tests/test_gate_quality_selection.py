@@ -1,0 +1,59 @@
+"""scripts/gate_quality.py measures the gate on the gated selection: its test-only technique joins the
+gate profile's inference cases and leaves every other case of the profile as it is."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBE = """
+import json, sys
+from optbench.catalog.models import load_user_dir, load_zoo
+from optbench.catalog.techniques import load_techniques
+from optbench.matrix.case import Selection, build_matrix
+
+load_techniques()
+load_zoo()
+if sys.argv[1] == "injected":
+    from pathlib import Path
+    load_user_dir(Path(sys.argv[2]))
+select = Selection(["resnet18", "lstm_classifier"], None, ["cpu"], None, sys.argv[3])
+print(json.dumps({m: [c.id for c in build_matrix(select, m)] for m in ("inference", "training", "data")}))
+"""
+
+
+def _cases(tmp_path: Path, injected: bool, profile: str) -> dict[str, list[str]]:
+    folder = tmp_path / "techniques"
+    folder.mkdir(exist_ok=True)
+    shutil.copyfile(ROOT / "tests" / "gate_quality" / "gate_injected.py", folder / "gate_injected.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, "injected" if injected else "plain", str(folder), profile],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_injected_case_joins_the_gated_selection_and_nothing_else_changes(tmp_path):
+    plain, injected = _cases(tmp_path, False, "gate"), _cases(tmp_path, True, "gate")
+    added = {mode: [c for c in injected[mode] if c not in plain[mode]] for mode in plain}
+    assert added == {
+        "inference": ["resnet18-gate_injected-cpu-bs2", "lstm_classifier-gate_injected-cpu-bs4"],
+        "training": [],
+        "data": [],
+    }
+    assert all(c in injected[mode] for mode in plain for c in plain[mode])
+
+
+def test_a_profile_without_its_own_list_is_left_alone(tmp_path):
+    # smoke runs every registered technique: the injected one joins there as any plugin technique does
+    plain, injected = _cases(tmp_path, False, "smoke"), _cases(tmp_path, True, "smoke")
+    assert [c for c in injected["inference"] if c not in plain["inference"]] == [
+        "resnet18-gate_injected-cpu-bs2",
+        "lstm_classifier-gate_injected-cpu-bs4",
+    ]
+    assert injected["training"] == plain["training"]
