@@ -58,3 +58,12 @@ def test_the_task_is_not_saturated():
     assert result.epochs == EPOCHS  # the task sets the length: the recipe's 0.5 target stops nothing
     assert result.target_top1 is None and result.reached_target
     assert 0.3 < result.top1 < 0.95  # learned something (chance is 0.1), and not saturated
+
+
+def test_every_profile_names_an_embedded_image_task_and_the_default_is_catalogs():
+    from optbench.catalog.tasks.base import DEFAULT_IMAGE_TASK, IMAGE_TASKS
+    from optbench.matrix.profiles import PROFILES, Profile
+
+    # the matrix layer cannot import the catalog's torch-importing task module for its default
+    assert Profile.image_task == DEFAULT_IMAGE_TASK
+    assert {p.image_task for p in PROFILES.values()} <= set(IMAGE_TASKS)

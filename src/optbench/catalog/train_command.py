@@ -8,6 +8,8 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
+    from optbench.catalog.tasks.base import DEFAULT_IMAGE_TASK, IMAGE_TASKS
+
     parser = argparse.ArgumentParser(prog="optbench train", description=__doc__)
     parser.add_argument(
         "--models",
@@ -21,8 +23,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--data-dir", default=None, help="ImageFolder data for image models (see README)")
     parser.add_argument(
         "--image-task",
-        default="hard_digits",
-        choices=("hard_digits", "digits"),
+        default=DEFAULT_IMAGE_TASK,
+        choices=IMAGE_TASKS,
         help="embedded task for image models without --data-dir: hard_digits (what the default and full "
         "profiles use) or digits (the smoke profile's)",
     )

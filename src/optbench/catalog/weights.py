@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from optbench.catalog.models import IMAGE, ModelSpec
-from optbench.catalog.tasks.base import TaskData
+from optbench.catalog.tasks.base import DEFAULT_IMAGE_TASK, TaskData
 from optbench.errors import UsageProblem
 
 WEIGHT_CHOICES = ("random", "trained", "pretrained", "own")
@@ -113,7 +113,7 @@ class WeightsProvider:
         cache_root: Path | None = None,
         progress_context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
         progress: bool = True,
-        image_task: str = "hard_digits",
+        image_task: str = DEFAULT_IMAGE_TASK,
     ) -> None:
         if choice not in WEIGHT_CHOICES:
             raise UsageProblem(f"unknown weights {choice!r}; valid weights: {', '.join(WEIGHT_CHOICES)}")

@@ -99,6 +99,11 @@ def open_dataset(root: Path, settings: LoaderSettings, crop: int) -> torch.utils
     return ImageFolder(str(root), transform=transform(settings, crop), loader=loader)
 
 
+def pins(settings: LoaderSettings) -> bool:
+    """Whether pin_memory takes effect: DataLoader pins only when CUDA is there."""
+    return settings.pin_memory and torch.cuda.is_available()
+
+
 def make_loader(
     dataset: torch.utils.data.Dataset, settings: LoaderSettings, batch_size: int, drop_last: bool = False
 ) -> torch.utils.data.DataLoader:
@@ -211,7 +216,7 @@ def measure_pipeline(
     dataset = open_dataset(root, settings, config.crop)
     if len(dataset) < case.batch_size:
         raise PipelineFailed(f"{root} has {len(dataset)} images, fewer than one batch of {case.batch_size}")
-    pin = settings.pin_memory and torch.cuda.is_available()
+    pin = pins(settings)
     columns: dict[str, Any] = {
         **asdict(settings),
         "input_shape": f"3x{config.crop}x{config.crop}",
@@ -279,7 +284,7 @@ def _fed_alone(
     time_fn: TimeFn,
 ) -> list[float]:
     """Seconds per batch of the whole dataset's epochs feeding `step`, the case timed alone."""
-    pin = settings.pin_memory and torch.cuda.is_available()
+    pin = pins(settings)
     loader = make_loader(dataset, settings, case.batch_size, drop_last=True)
     batches = epochs(loader, config.fed_epochs)
 

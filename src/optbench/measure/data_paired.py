@@ -21,7 +21,7 @@ import torch
 
 from optbench.catalog.techniques.data_loader import LoaderSettings
 from optbench.matrix.profiles import TimingPolicy
-from optbench.measure.data import Step, epochs, make_loader
+from optbench.measure.data import Step, epochs, make_loader, pins
 from optbench.measure.paired import BLOCK_S, PairedResult, time_paired
 
 
@@ -48,7 +48,7 @@ class Feeder:
         subset = torch.utils.data.Subset(dataset, indices)
         self.loader = make_loader(subset, settings, batch_size, drop_last=True)
         self.step, self.device = step, device
-        self.pin = settings.pin_memory and torch.cuda.is_available()
+        self.pin = pins(settings)
         self.batch_s: list[float] = []
         """Every batch fed so far, seconds: fetching it (stalls included) and its training step."""
 

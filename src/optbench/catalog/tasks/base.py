@@ -62,13 +62,14 @@ class TaskData:
 IMAGE_TASKS = ("hard_digits", "digits")
 """The embedded image tasks: hard_digits (not saturated; default and full profiles) and digits (the
 plain, saturated one: fast, for the smoke profile's harness check)."""
+DEFAULT_IMAGE_TASK = IMAGE_TASKS[0]
 
 
 def task_for(
     spec: ModelSpec,
     data_dir: Path | None = None,
     preprocess: Any = None,
-    image_task: str = "hard_digits",
+    image_task: str = DEFAULT_IMAGE_TASK,
 ) -> TaskData:
     """The task a model is trained and evaluated on, at the model's task input shape: the user's
     `data_dir` where it holds data of the model's kind, else the embedded task. `preprocess`
