@@ -4,7 +4,8 @@ Each `Setting` below is one option. From the table come the pytest option (pytes
 loops over it), its `[tool.optbench]` key and type check (pytest_plugin/project_config.py), its
 one-line usage errors (`check_settings`), whether run.json records it (`MANIFEST_OPTIONS`), its
 per-profile default (`with_profile_defaults`) and its row in the options reference (`settings_markdown`). Adding
-an option is one more `Setting`; an option with unusual validation carries a small `check`.
+an option is one more `Setting`; an option with unusual validation carries a small `check`
+(optbench.matrix.checks).
 
 No pytest and no torch here: the docs build reads this table with neither installed. A check that
 needs the catalog imports it when it runs.
@@ -12,101 +13,23 @@ needs the catalog imports it when it runs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from optbench.errors import UnknownNameError, UsageProblem
+from optbench.matrix.checks import (
+    DEVICES,
+    check_batch_sizes,
+    check_data_folder,
+    check_earlier_run,
+    check_folders,
+    check_jpeg_folder,
+    check_run_id,
+    check_shard,
+    check_timing_shape,
+    check_weights,
+)
 from optbench.matrix.profiles import PROFILES, Profile
-from optbench.matrix.setting import Range, Setting, markdown_table, profile_value, split
-
-DEVICES = ("cpu", "cuda", "mps")
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # "+" as in stack names
-
-
-def parse_batch_sizes(value: str | None, flag: str = "--batch-sizes") -> list[int] | None:
-    items = split(value)
-    if items is None:
-        return None
-    try:
-        sizes = [int(v) for v in items]
-    except ValueError:
-        sizes = []
-    if not sizes or any(s < 1 for s in sizes):
-        raise UnknownNameError(f"{flag} takes positive whole numbers separated by commas, got {value!r}")
-    return sizes
-
-
-# Checks that need more than a range or a list of choices. Those that need the catalog (torch)
-# import it when they run.
-
-
-def _batch_sizes(flag: str, value: str) -> None:
-    parse_batch_sizes(value, flag)
-
-
-def _weights(flag: str, value: str) -> None:
-    from optbench.catalog.weights import WEIGHT_CHOICES
-
-    if value not in WEIGHT_CHOICES:
-        raise UnknownNameError(f"unknown weights {value!r}; valid weights: {', '.join(WEIGHT_CHOICES)}")
-
-
-def _timing_shape(flag: str, value: str) -> None:
-    from optbench.catalog.models import check_shape
-
-    check_shape(value)
-
-
-def _data_dir(flag: str, value: str) -> None:
-    from optbench.catalog.tasks.data_dir import check_data_dir
-
-    check_data_dir(Path(value))
-
-
-def _image_folder(flag: str, value: str) -> None:
-    from optbench.catalog.tasks.jpeg_folder import check_image_folder
-
-    check_image_folder(Path(value), flag)
-
-
-def _folders(flag: str, value: list[str]) -> None:
-    for directory in value:
-        if not Path(directory).is_dir():
-            raise UnknownNameError(f"{flag} {directory!r} is not a folder")
-
-
-NAME_MAX = 200
-"""Longest run id or baseline name: it names a folder, and file systems allow 255 bytes a name."""
-
-
-def _run_id(flag: str, value: str) -> None:
-    if len(value.encode()) > NAME_MAX:
-        raise UsageProblem(
-            f"{flag} is {len(value.encode())} bytes long; it names a folder: at most {NAME_MAX}"
-        )
-    if not RUN_ID.fullmatch(value) or value in (".", ".."):
-        raise UsageProblem(
-            f"{flag} {value!r} may hold only letters, digits, '.', '_', '+' and '-' (it names a folder "
-            "in <results>/runs)"
-        )
-
-
-def _shard(flag: str, value: str) -> None:
-    from optbench.matrix.shard import parse_shard
-
-    parse_shard(value, flag)
-
-
-def _earlier_run(flag: str, value: str) -> None:
-    from optbench.results import resolve
-
-    try:
-        resolve(value)
-    except FileNotFoundError as error:
-        raise UsageProblem(f"{flag}: {error}") from None
-
+from optbench.matrix.setting import Range, Setting, markdown_table, profile_value
 
 WHOLE_NUMBER = "{flag} takes a whole number from {low} to {high}, got {value}"
 
@@ -145,7 +68,7 @@ SETTINGS: tuple[Setting, ...] = (
         "comma-separated batch sizes",
         "selection",
         default_text="each model's for the profile",
-        check=_batch_sizes,
+        check=check_batch_sizes,
     ),
     Setting(
         "weights",
@@ -155,7 +78,7 @@ SETTINGS: tuple[Setting, ...] = (
         "models without are skipped)",
         "weights and accuracy",
         default="trained",
-        check=_weights,
+        check=check_weights,
     ),
     Setting(
         "data_dir",
@@ -164,7 +87,7 @@ SETTINGS: tuple[Setting, ...] = (
         "DIR/train/... and DIR/val/...), text models on DIR/eval.jsonl (and DIR/train.jsonl), one "
         '{"tokens": [ids], "label": k} a line',
         "weights and accuracy",
-        check=_data_dir,
+        check=check_data_folder,
         in_manifest=True,
         metavar="DIR",
     ),
@@ -175,7 +98,7 @@ SETTINGS: tuple[Setting, ...] = (
         "are always read)",
         "selection",
         default=(),
-        check=_folders,
+        check=check_folders,
         metavar="DIR",
     ),
     Setting(
@@ -192,7 +115,7 @@ SETTINGS: tuple[Setting, ...] = (
         "name of this run's folder",
         "output",
         default_text="UTC time and a random suffix",
-        check=_run_id,
+        check=check_run_id,
         toml=False,
     ),
     Setting(
@@ -284,7 +207,7 @@ SETTINGS: tuple[Setting, ...] = (
         "weights; task: at the shape it trains and is evaluated at",
         "timing",
         default="deploy",
-        check=_timing_shape,
+        check=check_timing_shape,
         in_manifest=True,
     ),
     Setting(
@@ -320,7 +243,7 @@ SETTINGS: tuple[Setting, ...] = (
         "path",
         "data-pipeline cases read your ImageFolder tree DIR/<class>/<image> instead of the generated JPEGs",
         "training and data",
-        check=_image_folder,
+        check=check_jpeg_folder,
         in_manifest=True,
         metavar="DIR",
     ),
@@ -353,7 +276,7 @@ SETTINGS: tuple[Setting, ...] = (
         "sharding",
         default_text="from OPTBENCH_SHARD, a Kubernetes Indexed Job (JOB_COMPLETION_INDEX with "
         "OPTBENCH_SHARD_COUNT), a Slurm array or GitLab's CI_NODE_INDEX",
-        check=_shard,
+        check=check_shard,
         toml=False,
         metavar="K/N",
     ),
@@ -362,7 +285,7 @@ SETTINGS: tuple[Setting, ...] = (
         "path",
         "balance shards by the case durations of an earlier run (a run folder or results file)",
         "sharding",
-        check=_earlier_run,
+        check=check_earlier_run,
         toml=False,
         metavar="RUN",
     ),

@@ -13,17 +13,10 @@ from typing import Any
 import pytest
 
 from optbench.errors import UsageProblem
+from optbench.matrix.checks import DEVICES, RUN_ID, parse_batch_sizes
 from optbench.matrix.profiles import Profile
-from optbench.matrix.settings import (
-    DEVICES,
-    RUN_ID,
-    SETTINGS,
-    Setting,
-    check_settings,
-    parse_batch_sizes,
-    split,
-    with_profile_defaults,
-)
+from optbench.matrix.setting import Setting, split
+from optbench.matrix.settings import SETTINGS, check_settings, with_profile_defaults
 
 __all__ = ["DEVICES", "RUN_ID", "add_options", "option_values", "results_dir", "selection"]
 
