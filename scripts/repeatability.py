@@ -5,8 +5,10 @@ nothing many times; prints the figures, asserts nothing. A timing job: run nothi
 
 For each case: the speedup and its interval in both runs, the three-way verdict (faster: the interval
 lies above 1; slower: below 1; no clear difference: it holds 1) in both, and whether the second
-run's speedup lies inside the first run's interval. Per model: whether the recommended technique is
-the same in both runs. Then the no-op technique (eager with nothing changed) timed --noop times: how
+run's speedup lies inside the first run's interval; in the totals also how often the two intervals
+overlap and how often the second speedup lies inside the first run's prediction interval for a
+repeat (see _in_prediction_interval). Per model: whether the recommended technique is the same in
+both runs. Then the no-op technique (eager with nothing changed) timed --noop times: how
 often it came out clearly faster or slower than eager, which should be at most about 5%.
 """
 
@@ -59,6 +61,16 @@ def verdict(low: float, high: float) -> str:
     return "faster" if low > 1 else "slower" if high < 1 else "no clear difference"
 
 
+def _in_prediction_interval(first, speedup: float) -> bool:
+    """Whether `speedup` lies in the first run's 95% interval widened by sqrt(2) on each side, in log
+    space: where a second, independent estimate of the same ratio with the same error falls 95% of
+    the time. A second estimate falls inside the first's 95% confidence interval itself only about 83%
+    of the time even when both intervals are exact (P(|Z1 - Z2| < 1.96) with Z1, Z2 ~ N(0, 1))."""
+    point, low, high = (math.log(first[k]) for k in ("speedup", "speedup_ci95_low", "speedup_ci95_high"))
+    root2 = math.sqrt(2)
+    return point - root2 * (point - low) <= math.log(speedup) <= point + root2 * (high - point)
+
+
 def compare(first: Path, second: Path) -> None:
     from optbench.report.recommend import CLEAR, recommend
     from optbench.results import load
@@ -67,7 +79,7 @@ def compare(first: Path, second: Path) -> None:
     a = a[(a["status"] == "passed") & (a["technique"] != "eager")].set_index("case_id")
     b = b[(b["status"] == "passed") & (b["technique"] != "eager")].set_index("case_id")
     common = [c for c in a.index if c in b.index]
-    same = inside = 0
+    same = inside = overlap = predicted = 0
     print(f"{'case':55} {'run 1':>24} {'run 2':>24}  verdicts  inside")
     for case in common:
         r1, r2 = a.loc[case], b.loc[case]
@@ -76,12 +88,19 @@ def compare(first: Path, second: Path) -> None:
         holds = r1["speedup_ci95_low"] <= r2["speedup"] <= r1["speedup_ci95_high"]
         same += v1 == v2
         inside += bool(holds)
+        overlap += bool(
+            r1["speedup_ci95_low"] <= r2["speedup_ci95_high"]
+            and r2["speedup_ci95_low"] <= r1["speedup_ci95_high"]
+        )
+        predicted += bool(_in_prediction_interval(r1, r2["speedup"]))
         print(f"{case:55} {r1['speedup']:6.2f}x [{r1['speedup_ci95_low']:5.2f}, {r1['speedup_ci95_high']:5.2f}]"
               f" {r2['speedup']:6.2f}x [{r2['speedup_ci95_low']:5.2f}, {r2['speedup_ci95_high']:5.2f}]"
               f"  {'same' if v1 == v2 else v1 + ' -> ' + v2:9} {'yes' if holds else 'NO'}")  # fmt: skip
     n = len(common)
     print(
-        f"\nsame three-way verdict: {same} of {n}; second speedup inside the first interval: {inside} of {n}"
+        f"\nsame three-way verdict: {same} of {n}; second speedup inside the first interval: {inside} of {n}; "
+        f"the two intervals overlap: {overlap} of {n}; second speedup inside the first run's prediction "
+        f"interval (its interval widened by sqrt 2 in log space): {predicted} of {n}"
     )
     recs = [{(r.model, r.device, r.batch_size): r for r in recommend(load(p))} for p in (first, second)]
     for key, r1 in recs[0].items():
