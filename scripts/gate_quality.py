@@ -95,6 +95,14 @@ def _injected(out: Path) -> tuple[float | None, float | None]:
     return reached, paired
 
 
+def rate(k: int, n: int) -> str:
+    """k of n with its exact two-sided 95% Clopper-Pearson interval."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    return f"{k} of {n} ({k / n:.0%}, 95% Clopper-Pearson [{ci.low:.1%}, {ci.high:.1%}])"
+
+
 def own_techniques(pytest_args: list[str]) -> bool:
     """Whether the selection's profile names its own techniques (the gate's): the injected technique
     then joins its inference cases (gate_injected.py), so exactly the gated cases are timed, with the
@@ -130,6 +138,9 @@ def trial(
         result["error"] = (done.stderr.strip().splitlines() or ["?"])[-1]
         return result
     verdicts = json.loads(gate.read_text())["verdicts"]
+    # The case tests of this run: cases judged on a metric (a verdict other than not comparable).
+    result["cases_judged"] = len({v["case_id"] for v in verdicts if v["verdict"] != "not_comparable"})
+    result["latency_judged"] = len(json.loads(gate.read_text())["ab"]["paired_ratios"])
     regressed = [v for v in verdicts if v["verdict"] == "regressed" and not v.get("ignored")]
     # What fails the gate: regressions not acknowledged and not refuted by a second measurement.
     result["flagged"] = sorted(
@@ -302,9 +313,11 @@ def main() -> int:
     aa = [t for t in valid if t["kind"] == "A/A"]
     if aa:
         alarms = sum(t["exit"] == 1 for t in aa)
-        print(
-            f"A/A: {alarms} failing runs of {len(aa)} ({alarms / len(aa):.0%} false-alarm rate per suite run)"
-        )
+        print(f"A/A, runs that failed (false-alarm rate per run of the selection): {rate(alarms, len(aa))}")
+        tests = sum(t.get("cases_judged", 0) for t in aa)
+        flagged = sum(len({f.split(":")[0] for f in t["flagged"]}) for t in aa)
+        if tests:
+            print(f"A/A, cases that failed (false-alarm rate per case test): {rate(flagged, tests)}")
     for kind in dict.fromkeys(t["kind"] for t in valid):
         runs = [t for t in valid if t["kind"] == kind]
         refuted = sum(bool(t.get("unconfirmed")) for t in runs)
@@ -321,7 +334,7 @@ def main() -> int:
         injected = [t["injected_ratio"] for t in runs if t.get("injected_ratio")]
         if injected:
             seen += f", calibrated {min(injected):.3f}-{max(injected):.3f}"
-        print(f"{kind}: detected in {caught} of {len(runs)} runs ({caught / len(runs):.0%}){seen}")
+        print(f"{kind}: detected in {rate(caught, len(runs))}{seen}")
     if aa:  # A/A: no calibration of an injected slowdown in the way
         costs = [t["wall_s"] / t["plain_s"] for t in aa]
         ab_wall, plain_wall = (
