@@ -104,6 +104,23 @@ def test_another_machine_gates_only_the_ratio_to_eager():
     assert "| latency_ms |" not in text
 
 
+def test_peak_memory_is_not_compared_when_one_side_prepared_and_the_other_read_the_cache():
+    """Measured on the gated selection, identical code: the side that fine-tuned a pruned resnet18
+    peaked at 1643 MB, the side that read the fine-tune from the shared cache at 1362 (+21%)."""
+    made, read = dict(prepare_cached=False, peak_mem_mb=1643.0), dict(prepare_cached=True, peak_mem_mb=1362.0)
+    v, found = verdicts_of([row(), row("x", **read)], [row(), row("x", **made)])
+    assert v[("x", "peak_mem_mb")].verdict == "not_comparable" and not failed(found)
+    assert "the baseline read the technique's preparation from the cache" in v[("x", "peak_mem_mb")].reason
+    # both made it (or both read it): gated as ever, +21% past the 10% tolerance
+    v, found = verdicts_of([row(), row("x", **{**made, "peak_mem_mb": 1362.0})], [row(), row("x", **made)])
+    assert v[("x", "peak_mem_mb")].verdict == "regressed" and failed(found)
+    # a technique without a cached preparation (empty column) is gated as ever
+    v, _ = verdicts_of(
+        [row(), row("x", prepare_cached=None)], [row(), row("x", prepare_cached=None, peak_mem_mb=900.0)]
+    )
+    assert v[("x", "peak_mem_mb")].verdict == "regressed"
+
+
 def test_the_reference_workload_is_gated_on_one_kind_of_machine_only():
     """latency_vs_reference: a case's latency over a fixed fp32 matmul timed beside it. Same
     fingerprint: a real 30% slowdown is caught. Another fingerprint (another ISA, say): not gated, since
