@@ -150,6 +150,11 @@ def trial(
         {f"{v['case_id']}:{v['metric']}" for v in regressed if v.get("confirmed") is False}
     )
     result["injected_caught"] = any(CASE_TECHNIQUE in f for f in result["flagged"])
+    # Per injected case (one per model in the selection): a run can catch one model's and miss another's.
+    result["injected_cases"] = sorted({v["case_id"] for v in verdicts if CASE_TECHNIQUE in v["case_id"]})
+    result["injected_cases_caught"] = sorted(
+        {f.split(":")[0] for f in result["flagged"] if CASE_TECHNIQUE in f}
+    )
     result["injected_ratio"], result["paired_median"] = _injected(out)
     return result
 
@@ -335,6 +340,15 @@ def main() -> int:
         if injected:
             seen += f", calibrated {min(injected):.3f}-{max(injected):.3f}"
         print(f"{kind}: detected in {rate(caught, len(runs))}{seen}")
+        cases = [c for t in runs for c in t.get("injected_cases", [])]
+        if cases:
+            hit = [c for t in runs for c in t.get("injected_cases_caught", [])]
+            missed = sorted(
+                {c for t in runs for c in t["injected_cases"] if c not in t["injected_cases_caught"]}
+            )
+            print(
+                f"{kind}, per injected case: caught {rate(len(hit), len(cases))}; missed in: {', '.join(missed) or '-'}"
+            )
     if aa:  # A/A: no calibration of an injected slowdown in the way
         costs = [t["wall_s"] / t["plain_s"] for t in aa]
         ab_wall, plain_wall = (
