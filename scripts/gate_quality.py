@@ -137,10 +137,11 @@ def trial(
     if done.returncode not in (0, 1) or not gate.exists():
         result["error"] = (done.stderr.strip().splitlines() or ["?"])[-1]
         return result
-    verdicts = json.loads(gate.read_text())["verdicts"]
+    recorded = json.loads(gate.read_text())
+    verdicts = recorded["verdicts"]
     # The case tests of this run: cases judged on a metric (a verdict other than not comparable).
     result["cases_judged"] = len({v["case_id"] for v in verdicts if v["verdict"] != "not_comparable"})
-    result["latency_judged"] = len(json.loads(gate.read_text())["ab"]["paired_ratios"])
+    result["latency_judged"] = len(recorded["ab"]["paired_ratios"])
     regressed = [v for v in verdicts if v["verdict"] == "regressed" and not v.get("ignored")]
     # What fails the gate: regressions not acknowledged and not refuted by a second measurement.
     result["flagged"] = sorted(

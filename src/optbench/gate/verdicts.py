@@ -171,7 +171,8 @@ def _memory(case_id: str, b: pd.Series, h: pd.Series, t: Thresholds) -> list[Ver
     autograd memory is in its peak) and the other read it from the cache (measured: 1362 against
     1643 MB for one pruned resnet18 on identical code, as the two sides of `optbench ab` share a
     cache and whichever runs a case first fills it)."""
-    cached = [_flag(r.get("prepare_cached")) for r in (b, h)]
+    # results.load gives the column pandas' boolean dtype: True, False or NA (no preparation)
+    cached = [None if pd.isna(r.get("prepare_cached")) else bool(r.get("prepare_cached")) for r in (b, h)]
     if None not in cached and cached[0] != cached[1]:
         side = "the baseline" if cached[0] else "this run"
         why = f"{side} read the technique's preparation from the cache, the other made it (its peak holds it)"
@@ -180,15 +181,6 @@ def _memory(case_id: str, b: pd.Series, h: pd.Series, t: Thresholds) -> list[Ver
         case_id, "peak_mem_mb", b.get("peak_mem_mb"), h.get("peak_mem_mb"), t.memory_pct, True
     )
     return [memory] if memory else []
-
-
-def _flag(value: Any) -> bool | None:
-    """A boolean column's value, None when empty (None, NaN, pandas' NA, '')."""
-    if isinstance(value, str):
-        return None if not value else value.strip().lower() in ("true", "1")
-    if value is None or pd.isna(value):
-        return None
-    return bool(value)
 
 
 def compare(

@@ -14,7 +14,7 @@ import pytest
 
 from optbench.errors import UsageProblem
 from optbench.matrix.checks import DEVICES, RUN_ID, parse_batch_sizes
-from optbench.matrix.profiles import Profile
+from optbench.matrix.profiles import Profile, get_profile
 from optbench.matrix.setting import Setting, split
 from optbench.matrix.settings import SETTINGS, check_settings, with_profile_defaults
 
@@ -202,8 +202,6 @@ def _default_models(config: pytest.Config, profile: str) -> list[str]:
 
     zoo = config.getoption("zoo")
     with_zoo = in_optbench_repository(config) if zoo is None else zoo
-    from optbench.matrix.profiles import get_profile
-
     key = get_profile(profile).batch_key
     models = [s.name for s in MODELS if s.in_profile(key) and (with_zoo or not is_zoo_model(s.name))]
     if not models:
