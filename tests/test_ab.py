@@ -29,10 +29,12 @@ SELECTION = (
     "bench/test_inference.py", "--models", "resnet18", "--techniques", "eager,channels_last",
     "--weights", "random", "--devices", "cpu", "--time-budget", "0.1", "--timing-shape", "task",
 )  # fmt: skip
+# 100 ms a call against a few ms: caught even when another job on the machine spreads the pairs'
+# ratios over 0.1x to 4x (a CI run beside a training job did; a 20 ms sleep then passed the gate).
 SLOWDOWN = """
         import time
 
-        prepared.module.register_forward_pre_hook(lambda *_: time.sleep(0.02))  # injected by test_ab
+        prepared.module.register_forward_pre_hook(lambda *_: time.sleep(0.1))  # injected by test_ab
 """
 
 
@@ -337,7 +339,7 @@ def test_identical_code_passes_and_leaves_the_tree_alone(clone, cache, tmp_path)
 
 
 def test_injected_slowdown_is_caught_and_base_runs_its_own_code(clone, cache, tmp_path):
-    """Head (the working tree, uncommitted) sleeps 20 ms in every channels_last call; base (the commit)
+    """Head (the working tree, uncommitted) sleeps 100 ms in every channels_last call; base (the commit)
     does not. Caught only if base really ran the commit's optbench, not head's."""
     repo, python = clone
     technique = repo / "src" / "optbench" / "catalog" / "techniques" / "channels_last.py"

@@ -1,6 +1,7 @@
 """Data-pipeline cases on a tiny generated JPEG dataset: one row per setting, corrupt files and dead
 workers as failed rows, bad folders and worker counts as one-line errors."""
 
+import math
 import os
 import signal
 import time
@@ -108,7 +109,9 @@ def test_a_growing_slowdown_leaves_a_no_op_setting_at_no_clear_difference(state,
     row = runner.run(Case("resnet18", "pin_memory", "cpu", 4, "data"))
     assert row["speedup_method"] == "paired" and row["pairs"] >= LOOKS[0]
     assert row["speedup_ci95_low"] <= 1.0 <= row["speedup_ci95_high"], row
-    assert base["latency_ms_mean"] / row["latency_ms_mean"] < 0.8
+    # The premise: the two rows' unpaired means are far apart. In which direction is the drift's
+    # (eager earlier, faster) unless another job on the machine slowed eager's own timing more.
+    assert abs(math.log(base["latency_ms_mean"] / row["latency_ms_mean"])) > math.log(1.25)
 
 
 def test_settings_fold_in_stack_order_and_need_workers_where_they_must(registries):
