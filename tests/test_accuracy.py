@@ -175,6 +175,30 @@ def test_accuracy_verdicts_within_below_and_unclear_from_the_paired_interval():
     assert 0 <= below["agreement_ci95_low"] <= below["agreement"] <= below["agreement_ci95_high"] <= 1
 
 
+def test_an_fp32_model_at_chance_gives_no_accuracy_evidence():
+    """EfficientNet-B0 trained 4 epochs on hard digits reached 0.106 top-1: against a model that
+    learned nothing, a damaging technique loses nothing, and "within floor" would be false."""
+    import torch
+
+    from optbench.measure.floor import NO_EVIDENCE, WITHIN, Reference, judge
+
+    n = 2000
+    labels = torch.arange(n) % 10
+    guesses = torch.nn.functional.one_hot(
+        torch.randint(0, 10, (n,), generator=torch.Generator().manual_seed(0)), 10
+    )
+    ref_logits = guesses.float()  # about 10% right: chance for 10 classes
+    damaged = ref_logits.roll(1, dims=0)  # disagrees with fp32 almost everywhere, still about 10% right
+    chance = judge(damaged, labels, False, Reference(ref_logits, True), 0.99)
+    assert chance["accuracy_verdict"] == NO_EVIDENCE and "status" not in chance
+    assert "at chance (0.10 for 10 classes)" in chance["accuracy_note"]
+    assert chance["agreement"] < 0.3 and chance["top1_fp32"] < 0.15  # the columns are still there
+    # One that learned (here 40% right, well above chance) is judged as before.
+    learned = ref_logits.clone()
+    learned[: n * 3 // 10] = torch.nn.functional.one_hot(labels[: n * 3 // 10], 10).float()
+    assert judge(learned.clone(), labels, False, Reference(learned, True), 0.99)["accuracy_verdict"] == WITHIN
+
+
 def test_top1_reads_tied_logits_as_the_paired_interval_does():
     """bf16 rounds logits to ties; top-1 must take the same class argmax does, or top1_delta and the
     paired interval disagree (a +0.2-point change beside 100% agreement, seen on BERT bf16)."""

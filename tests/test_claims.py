@@ -170,6 +170,9 @@ def test_a_claim_needs_accuracy_evidence_within_the_floor():
     # Random weights: no top-1 to compare, so speed and size alone never make the claim hold.
     (found,) = claim(rows + [{**fast, "top1_delta": None}], "prune_quantize_edge")
     assert found.verdict == "no evidence in this run" and "accuracy not measured" in found.evidence
+    # The fp32 model is at chance on the task: no accuracy evidence either, and the claim says why.
+    (blind,) = claim(rows + [{**fast, "accuracy_verdict": "no evidence"}], "prune_quantize_edge")
+    assert blind.verdict == "no evidence in this run" and "fp32 model is at chance" in blind.evidence
     # Its paired accuracy interval straddles the floor: not "holds".
     (unclear,) = claim(rows + [{**fast, "accuracy_verdict": "unclear"}], "prune_quantize_edge")
     assert unclear.verdict == "unclear"

@@ -419,6 +419,14 @@ def test_unclear_or_unmeasured_accuracy_rules_a_candidate_out():
     (rec,) = recommend(frame(rows))
     assert rec.technique == "channels_last" and rec.verdict == CLEAR
     assert rec.excluded == {"accuracy unclear": ["int8_static_fx"], "accuracy not measured": ["prune_l1_50"]}
+    # fp32 at chance on the task: no technique has accuracy evidence, so none is recommended.
+    blind = [row("eager", 1.0, 1.0, 1.0)] + [
+        row(t, s, s - 0.1, s + 0.1, accuracy_verdict="no evidence")
+        for t, s in (("prune_l1_90", 1.5), ("channels_last", 1.4))
+    ]
+    (rec,) = recommend(frame(blind))
+    assert rec.excluded == {"fp32 at chance": ["prune_l1_90", "channels_last"]}
+    assert rec.technique != "prune_l1_90"
 
 
 def test_a_recommendation_on_the_embedded_task_says_so_in_one_line():

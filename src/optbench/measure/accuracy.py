@@ -7,6 +7,14 @@ import math
 import torch
 import torch.nn.functional as F
 
+CHANCE_MARGIN = 0.05
+"""Top-1 within this of chance (1 / classes) counts as having learned nothing."""
+
+
+def at_chance(top1: float, classes: int) -> bool:
+    """True when `top1` is no better than guessing among `classes` (within CHANCE_MARGIN)."""
+    return top1 <= 1 / classes + CHANCE_MARGIN
+
 
 def topk_accuracy(logits: torch.Tensor, labels: torch.Tensor, k: int) -> float:
     if k > logits.shape[1]:

@@ -15,12 +15,11 @@ from torch import nn
 
 from optbench.catalog.checkpoint_training import recalibrate_batchnorm
 from optbench.catalog.techniques import Prepared
+from optbench.measure.accuracy import at_chance
 from optbench.measure.train_step import train_step
 from optbench.results.schema import Status
 
 DIVERGED = Status.DIVERGED
-CHANCE_MARGIN = 0.05
-"""Top-1 within this of chance (1 / classes) counts as having learned nothing."""
 LAST_LOSSES = 10
 """The final loss is the mean of the last this-many steps' losses (one step's is too noisy)."""
 
@@ -109,7 +108,7 @@ def verdict(row: dict[str, Any], baseline: dict[str, Any] | None, classes: int) 
             columns["converge_top1_delta"] = top1 - base_top1
     if not math.isfinite(loss):
         return {**columns, "status": DIVERGED, "reason": f"training loss became {loss} in the short training"}
-    if top1 is not None and top1 <= 1 / classes + CHANCE_MARGIN:
+    if top1 is not None and at_chance(top1, classes):
         fp32 = (
             f"; eager fp32 reached {base_top1:.3f}" if base_top1 is not None and baseline is not row else ""
         )

@@ -29,6 +29,8 @@ class Reference:
 
 
 WITHIN, BELOW, UNCLEAR = "within floor", "below floor", "unclear"
+NO_EVIDENCE = "no evidence"
+"""The fp32 model itself is at chance: a change against it says nothing about the technique."""
 
 
 def judge(
@@ -68,6 +70,16 @@ def judge(
         **accuracy.fidelity(logits, ref_logits),
     )
     columns.update(_paired(logits, ref_logits, labels, ref_top1, floor, floor_points))
+    classes = logits.shape[1]
+    if accuracy.at_chance(ref_top1, classes):
+        # A model that learned nothing loses nothing to compression: "within floor" would be false
+        # evidence, and a recommendation would take the most damaging technique as free.
+        columns["accuracy_verdict"] = NO_EVIDENCE
+        columns["accuracy_note"] = (
+            f"fp32 top-1 {ref_top1:.3f} is at chance ({1 / classes:.2f} for {classes} classes): the "
+            "model learned nothing on this task, so its accuracy change says nothing about the technique"
+        )
+        return columns
     if columns["accuracy_verdict"] == BELOW:
         columns["status"] = Status.FAIL_ACCURACY
         below = (

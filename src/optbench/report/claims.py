@@ -107,16 +107,14 @@ def _prune_quantize(frame: pd.DataFrame) -> list[Finding]:
                 )
             continue
         evidence = within.apply(accuracy_evidence, axis=1)
-        if (evidence == "none").all():  # random weights: speed and size, but nothing on accuracy
+        if (evidence == "none").all():  # random weights, or fp32 at chance: nothing on accuracy
             best = within.loc[within.apply(_edge_score, axis=1).idxmax()]
+            at_chance = "accuracy_verdict" in within and bool(
+                (within["accuracy_verdict"] == "no evidence").any()
+            )
+            why = "the fp32 model is at chance on the task" if at_chance else "accuracy not measured"
             findings.append(
-                Finding(
-                    name,
-                    model,
-                    device,
-                    "no evidence in this run",
-                    "accuracy not measured; best " + _recipe_text(best),
-                )
+                Finding(name, model, device, "no evidence in this run", f"{why}; best " + _recipe_text(best))
             )
             continue
         within = within[evidence.isin(("within", "unclear"))]

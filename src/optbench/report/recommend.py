@@ -81,11 +81,13 @@ def accuracy_evidence(row: pd.Series) -> str:
     """within, below, unclear or none: what a row shows about accuracy against fp32's. Inference: its
     paired verdict (rows from before it: the point rule on held-out top-1); training: top-1 after the
     short training; a data pipeline feeds the same samples, so its cases lose none. Random weights
-    have no labels to score: none."""
+    have no labels to score, and an fp32 model at chance has learned nothing to lose: none."""
     mode = str(row.get("mode") or "inference")
     if mode == "data":
         return "within"
     verdict = row.get("accuracy_verdict")
+    if verdict == "no evidence":  # fp32 itself at chance: nothing to lose, nothing shown
+        return "none"
     if isinstance(verdict, str):
         return {"within floor": "within", "below floor": "below"}.get(verdict, "unclear")
     if number(row.get("converge_top1_delta" if mode == "training" else "top1_delta")) is None:
@@ -106,7 +108,7 @@ def _exclusion(row: pd.Series, limits: Limits) -> str | None:
     if limits.accuracy_floor is None and evidence in ("below", "unclear"):
         return "below accuracy floor" if evidence == "below" else "accuracy unclear"
     if row.get("technique") != "eager" and evidence == "none":
-        return "accuracy not measured"
+        return "fp32 at chance" if row.get("accuracy_verdict") == "no evidence" else "accuracy not measured"
     ratio = number(row.get("top1_ratio"))
     if limits.accuracy_floor is not None and ratio is not None and ratio < limits.accuracy_floor:
         return "below accuracy floor"
