@@ -24,6 +24,8 @@ CLEAR = "recommended"
 UNCLEAR = "no clear winner"
 KEEP_EAGER = "keep eager fp32"
 NOTHING = "nothing qualifies"
+NO_ACCURACY = "no accuracy evidence"
+AT_CHANCE = "fp32 at chance"
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,8 @@ class Recommendation:
     batch_size: int | None
     input_shape: str
     verdict: str
-    """recommended, no clear winner, keep eager fp32, or nothing qualifies."""
+    """recommended, no clear winner, keep eager fp32, nothing qualifies, or no accuracy evidence (the
+    fp32 model is at chance on its task, so accuracy rules nothing in or out)."""
     best: Candidate | None
     runner_up: Candidate | None
     reason: str
@@ -108,7 +111,7 @@ def _exclusion(row: pd.Series, limits: Limits) -> str | None:
     if limits.accuracy_floor is None and evidence in ("below", "unclear"):
         return "below accuracy floor" if evidence == "below" else "accuracy unclear"
     if row.get("technique") != "eager" and evidence == "none":
-        return "fp32 at chance" if row.get("accuracy_verdict") == "no evidence" else "accuracy not measured"
+        return AT_CHANCE if row.get("accuracy_verdict") == "no evidence" else "accuracy not measured"
     ratio = number(row.get("top1_ratio"))
     if limits.accuracy_floor is not None and ratio is not None and ratio < limits.accuracy_floor:
         return "below accuracy floor"
@@ -182,6 +185,10 @@ def recommend_group(rows: pd.DataFrame, limits: Limits) -> Recommendation:
         reason = f"{best.technique} {best.interval()}" + (
             f", ahead of {runner.technique} {runner.interval()}" if runner else ""
         )
+    if AT_CHANCE in excluded and (best is None or best.technique == "eager"):
+        # "keep eager fp32" would claim nothing is worth it; the truth is that accuracy cannot tell.
+        verdict, best, runner = NO_ACCURACY, None, None
+        reason = _at_chance_reason(rows, excluded[AT_CHANCE])
     source = ""
     if best is not None and best.technique != "eager":
         found = (
@@ -206,6 +213,19 @@ def recommend_group(rows: pd.DataFrame, limits: Limits) -> Recommendation:
         excluded=excluded,
         accuracy_source=source,
     )
+
+
+def _at_chance_reason(rows: pd.DataFrame, techniques: list[str]) -> str:
+    """Why nothing is recommended for a model at chance, with the fastest by speed alone."""
+    blind = rows[rows["technique"].isin(techniques)]
+    speeds = pd.to_numeric(blind["speedup"], errors="coerce")
+    fp32 = number(blind["top1_fp32"].iloc[0]) if "top1_fp32" in blind and len(blind) else None
+    text = "the fp32 model is at chance on its task" + (f" (top-1 {fp32:.3f})" if fp32 is not None else "")
+    text += ", so no technique has accuracy evidence"
+    if speeds.notna().any():
+        fastest = blind.loc[speeds.idxmax()]
+        text += f"; fastest by speed alone: {fastest['technique']} {float(speeds.max()):.2f}x"
+    return text + "; measure accuracy on a model that learned (--weights own or pretrained, --data-dir)"
 
 
 def recommend(frame: pd.DataFrame, limits: Limits | None = None) -> list[Recommendation]:
