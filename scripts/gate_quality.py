@@ -345,7 +345,12 @@ def main() -> int:
         if cases:
             hit = [c for t in runs for c in t.get("injected_cases_caught", [])]
             missed = sorted(
-                {c for t in runs for c in t["injected_cases"] if c not in t["injected_cases_caught"]}
+                {
+                    c
+                    for t in runs
+                    for c in t.get("injected_cases", [])
+                    if c not in t.get("injected_cases_caught", [])
+                }
             )
             print(
                 f"{kind}, per injected case: caught {rate(len(hit), len(cases))}; missed in: {', '.join(missed) or '-'}"
