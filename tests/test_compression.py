@@ -170,6 +170,14 @@ def test_structured_pruning_removes_channels_and_flops(tmp_path):
     assert cost.model_sizes(prepared.module)[0] < 0.5 * cost.model_sizes(eager.module)[0]
 
 
+def test_structured_pruning_keeps_multiples_of_8_channels(tmp_path):
+    # Removing 30% of 16 and 32 channels leaves counts that are not multiples of 8 (int8 depthwise
+    # convolutions with such counts can hit a ~100x slower kernel); torch-pruning rounds to 8 and 16.
+    _, prepared = prepare("prune_channels_30", CNN, image_task(), tmp_path)
+    kept = [m.out_channels for m in prepared.module.modules() if isinstance(m, nn.Conv2d)]
+    assert kept == [8, 16]
+
+
 def test_fine_tune_is_cached_and_reused(tmp_path):
     _, first = prepare("prune_l1_50", CNN, image_task(), tmp_path)
     _, again = prepare("prune_l1_50", CNN, image_task(), tmp_path)
