@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from optbench.measure import accuracy
-from optbench.results.schema import Status
+from optbench.results.schema import AccuracyVerdict, Status
 
 ACCURACY_STATUSES = (
     Status.FAIL_ACCURACY,
@@ -28,9 +28,8 @@ class Reference:
     deterministic: bool
 
 
-WITHIN, BELOW, UNCLEAR = "within floor", "below floor", "unclear"
-NO_EVIDENCE = "no evidence"
-"""The fp32 model itself is at chance: a change against it says nothing about the technique."""
+WITHIN, BELOW, UNCLEAR = AccuracyVerdict.WITHIN, AccuracyVerdict.BELOW, AccuracyVerdict.UNCLEAR
+NO_EVIDENCE = AccuracyVerdict.NO_EVIDENCE
 
 
 def judge(

@@ -11,7 +11,7 @@ import pandas as pd
 
 from optbench.report.cells import speedup_text
 from optbench.report.recommend import accuracy_evidence
-from optbench.results.schema import Status
+from optbench.results.schema import AccuracyVerdict, Status
 from optbench.results.values import number as _num
 
 EDGE_SMALLER = 70.0
@@ -110,7 +110,7 @@ def _prune_quantize(frame: pd.DataFrame) -> list[Finding]:
         if (evidence == "none").all():  # random weights, or fp32 at chance: nothing on accuracy
             best = within.loc[within.apply(_edge_score, axis=1).idxmax()]
             at_chance = "accuracy_verdict" in within and bool(
-                (within["accuracy_verdict"] == "no evidence").any()
+                (within["accuracy_verdict"] == AccuracyVerdict.NO_EVIDENCE).any()
             )
             why = "the fp32 model is at chance on the task" if at_chance else "accuracy not measured"
             findings.append(

@@ -16,7 +16,7 @@ from statistics import NormalDist
 
 import pandas as pd
 
-from optbench.results.schema import Status
+from optbench.results.schema import AccuracyVerdict, Status
 from optbench.results.values import number
 
 GROUP = ("model", "device", "mode", "batch_size", "input_shape")
@@ -89,10 +89,10 @@ def accuracy_evidence(row: pd.Series) -> str:
     if mode == "data":
         return "within"
     verdict = row.get("accuracy_verdict")
-    if verdict == "no evidence":  # fp32 itself at chance: nothing to lose, nothing shown
+    if verdict == AccuracyVerdict.NO_EVIDENCE:  # fp32 itself at chance: nothing to lose, nothing shown
         return "none"
     if isinstance(verdict, str):
-        return {"within floor": "within", "below floor": "below"}.get(verdict, "unclear")
+        return {AccuracyVerdict.WITHIN: "within", AccuracyVerdict.BELOW: "below"}.get(verdict, "unclear")
     if number(row.get("converge_top1_delta" if mode == "training" else "top1_delta")) is None:
         return "none"
     return "below" if row.get("status") == Status.FAIL_ACCURACY else "within"
@@ -111,7 +111,11 @@ def _exclusion(row: pd.Series, limits: Limits) -> str | None:
     if limits.accuracy_floor is None and evidence in ("below", "unclear"):
         return "below accuracy floor" if evidence == "below" else "accuracy unclear"
     if row.get("technique") != "eager" and evidence == "none":
-        return AT_CHANCE if row.get("accuracy_verdict") == "no evidence" else "accuracy not measured"
+        return (
+            AT_CHANCE
+            if row.get("accuracy_verdict") == AccuracyVerdict.NO_EVIDENCE
+            else "accuracy not measured"
+        )
     ratio = number(row.get("top1_ratio"))
     if limits.accuracy_floor is not None and ratio is not None and ratio < limits.accuracy_floor:
         return "below accuracy floor"

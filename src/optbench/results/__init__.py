@@ -13,12 +13,14 @@ from optbench.results.schema import (
     JSON_ONLY,
     SCHEMA_VERSION,
     TECHNIQUE_COLUMNS,
+    AccuracyVerdict,
     Column,
     Status,
 )
 from optbench.results.store import ResultsWriter, load, refuse_impossible, resolve
 
 __all__ = [
+    "AccuracyVerdict",
     "BY_NAME",
     "COLUMNS",
     "COLUMN_NAMES",

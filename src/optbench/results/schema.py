@@ -34,6 +34,22 @@ class Status(str, Enum):
         return format(self.value, spec)
 
 
+class AccuracyVerdict(str, Enum):
+    """The paired accuracy verdict of a row against its fp32 reference (column `accuracy_verdict`)."""
+
+    WITHIN = "within floor"
+    BELOW = "below floor"
+    UNCLEAR = "unclear"
+    NO_EVIDENCE = "no evidence"
+    """The fp32 model itself is at chance: a change against it says nothing about the technique."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
 STATUS_DOC = "(training: non-finite loss, or held-out top-1 at chance after the short training)"
 BROKEN = (Status.FAILED, Status.OOM, Status.TIMEOUT, Status.NAN_OUTPUT, Status.DIVERGED)
 """A case that stopped working: after a pass, a regression."""
