@@ -204,3 +204,22 @@ def test_data_pipeline_claim_ignores_settings_that_change_the_training():
     assert "33% less time per epoch" in found.evidence and "the loader alone 1.80x" in found.evidence
     (missing,) = claim(data[:1], "data_pipeline")
     assert missing.verdict == "no evidence in this run"
+
+
+def test_mixed_precision_claim_is_no_evidence_when_fp32_short_training_is_at_chance():
+    rows = [
+        training_row("eager", "baseline", 1, 1, 1, accuracy_verdict="no evidence"),
+        training_row(
+            "bf16_autocast",
+            "precision",
+            2.5,
+            2.4,
+            2.6,
+            converge_top1=0.13,
+            converge_top1_fp32=0.12,
+            accuracy_verdict="no evidence",
+        ),
+    ]
+    (found,) = claim(rows, "mixed_precision_training")
+    assert found.verdict == "no evidence in this run"
+    assert "fp32's short training is at chance" in found.evidence

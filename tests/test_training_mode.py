@@ -157,6 +157,18 @@ def test_short_training_learns_and_a_diverged_one_is_flagged():
     assert "status" not in fine and fine["converge_top1_delta"] == pytest.approx(0.9 - result.top1)
 
 
+def test_a_short_training_where_fp32_itself_stays_at_chance_is_no_evidence_not_diverged():
+    # resnet50 from scratch learns nothing in 50 steps: that says nothing about any technique.
+    fp32 = {"converge_loss": 2.3, "converge_top1": 0.122, "converge_steps": 50}
+    for row in (fp32, {"converge_loss": 2.3, "converge_top1": 0.132, "converge_steps": 50}):
+        columns = verdict(row, fp32, 10)
+        assert "status" not in columns
+        assert columns["accuracy_verdict"] == "no evidence"
+        assert "at chance" in columns["accuracy_note"] and "--converge-steps" in columns["accuracy_note"]
+    blown = verdict({"converge_loss": float("nan"), "converge_top1": None}, fp32, 10)
+    assert blown["status"] == DIVERGED  # a non-finite loss is still divergence
+
+
 @pytest.fixture
 def state(tmp_path, registries):
     weights = WeightsProvider("trained", cache_root=tmp_path / "cache", progress=False, image_task="digits")

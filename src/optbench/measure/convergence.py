@@ -17,7 +17,7 @@ from optbench.catalog.checkpoint_training import recalibrate_batchnorm
 from optbench.catalog.techniques import Prepared
 from optbench.measure.accuracy import at_chance
 from optbench.measure.train_step import train_step
-from optbench.results.schema import Status
+from optbench.results.schema import AccuracyVerdict, Status
 
 DIVERGED = Status.DIVERGED
 LAST_LOSSES = 10
@@ -96,7 +96,8 @@ def short_training(
 
 def verdict(row: dict[str, Any], baseline: dict[str, Any] | None, classes: int) -> dict[str, Any]:
     """Status and comparison columns of a training row from its short training (and fp32's, the
-    same group's eager row): diverged when the loss went non-finite or top-1 stayed at chance."""
+    same group's eager row): diverged when the loss went non-finite or top-1 stayed at chance; no
+    evidence when fp32's own short training stayed at chance (too few steps for the model)."""
     loss, top1 = row.get("converge_loss"), row.get("converge_top1")
     if loss is None:
         return {}
@@ -108,6 +109,16 @@ def verdict(row: dict[str, Any], baseline: dict[str, Any] | None, classes: int) 
             columns["converge_top1_delta"] = top1 - base_top1
     if not math.isfinite(loss):
         return {**columns, "status": DIVERGED, "reason": f"training loss became {loss} in the short training"}
+    if base_top1 is not None and at_chance(base_top1, classes):
+        # fp32 itself learned nothing in so few steps (resnet50 from scratch in 50): a technique at
+        # chance too has not diverged, and one that is not shows nothing against it.
+        return {
+            **columns,
+            "accuracy_verdict": AccuracyVerdict.NO_EVIDENCE,
+            "accuracy_note": f"eager fp32's short training is itself at chance (top-1 {base_top1:.3f} after "
+            f"{baseline.get('converge_steps')} steps): too short to show whether this case still learns; "
+            "raise --converge-steps",
+        }
     if top1 is not None and at_chance(top1, classes):
         fp32 = (
             f"; eager fp32 reached {base_top1:.3f}" if base_top1 is not None and baseline is not row else ""

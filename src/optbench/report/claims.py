@@ -186,6 +186,8 @@ def _mixed_precision(frame: pd.DataFrame) -> list[Finding]:
         verdict = _at_least(best, MIXED_FASTER)
         if converged is None or fp32 is None:
             verdict, learned = "no evidence in this run", ", no short training to show it still learns"
+        elif best.get("accuracy_verdict") == AccuracyVerdict.NO_EVIDENCE:
+            verdict, learned = "no evidence in this run", ", but fp32's short training is at chance"
         elif converged < floor * fp32:
             verdict = "does not hold"
             learned += f" below {floor:g} x fp32's {fp32:.3f}"

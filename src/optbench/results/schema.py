@@ -174,7 +174,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("top1_delta_ci95_low", "float", "quality", "fraction", "lower end of the 95% interval of top1_delta, paired on the same held-out samples (exact, from the samples only one of the two gets right; assumes independent samples)"),
     Column("top1_delta_ci95_high", "float", "quality", "fraction", "upper end of that interval"),
     Column("accuracy_floor_delta", "float", "quality", "fraction", "the floor as a top-1 change: -(1 - accuracy_floor) x top1_fp32, or -points/100 with --accuracy-floor-points"),
-    Column("accuracy_verdict", "str", "quality", "", "within floor (the paired interval lies above the floor), below floor (below it: fail_accuracy), unclear (it straddles the floor), or no evidence (the fp32 model is at chance on the task, so no change can show)"),
+    Column("accuracy_verdict", "str", "quality", "", "within floor (the paired interval lies above the floor), below floor (below it: fail_accuracy), unclear (it straddles the floor), or no evidence (the fp32 model is at chance on the task, or in training rows fp32's short training is, so no change can show)"),
     Column("accuracy_note", "str", "quality", "", "unclear accuracy: how many more held-out samples would decide it; no evidence: why the fp32 model shows nothing"),
     Column("accuracy_source", "str", "quality", "", "where the accuracy figures come from: the embedded task (name), or your data (--data-dir) with trained, pretrained or own weights (own: the file or loader, named on the embedded task too)"),
     Column("top1_ratio", "float", "quality", "", "top1 / top1_fp32"),
