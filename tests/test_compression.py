@@ -267,3 +267,23 @@ def test_levels_outside_their_range_are_usage_errors(name):
 def test_other_levels_can_be_asked_for():
     assert resolve("prune_l1_80").percent == 80
     assert resolve("prune_channels_20+int8_static_fx").name == "prune_channels_20+int8_static_fx"
+
+
+@pytest.mark.parametrize(("channels", "noted"), [(12, True), (16, False)])
+def test_int8_depthwise_with_channels_off_a_multiple_of_8_gets_a_kernel_note(channels, noted):
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    from optbench.catalog.techniques.int8_static import slow_depthwise_note
+
+    model = nn.Sequential(
+        nn.Conv2d(3, channels, 1), nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
+    ).eval()
+    x = torch.randn(2, 3, 8, 8)
+    observed = prepare_fx(model, get_default_qconfig_mapping("x86"), (x,))
+    observed(x)
+    note = slow_depthwise_note(convert_fx(observed))
+    if noted:
+        assert note is not None and note.startswith("1 int8 depthwise convolution(s)") and "(12)" in note
+    else:
+        assert note is None

@@ -446,3 +446,39 @@ def test_a_recommendation_on_the_embedded_task_says_so_in_one_line():
         row("bf16_autocast", 2.5, 2.4, 2.6, accuracy_source="your data (/d)"),
     ]
     assert "embedded" not in recommend(frame(mine))[0].reason
+
+
+def test_hardware_and_kernel_notes_are_said_once_in_the_report_and_the_summary(tmp_path):
+    from optbench.report.summary import run_summary
+
+    bf16 = "bf16 pays off with native bf16 (AVX-512 BF16 or AMX), which this CPU lacks"
+    slow = "2 int8 depthwise convolution(s) with channel counts that are not multiples of 8 (470)"
+    rows = [
+        row("eager", 1.0, 1.0, 1.0),
+        row("bf16_autocast", 0.2, 0.18, 0.22, hardware_note=bf16),
+        row("bf16_autocast", 0.3, 0.28, 0.32, model="resnet50", hardware_note=bf16),
+        row("int8_static_fx", 0.5, 0.45, 0.55, kernel_note=slow),
+    ]
+    for r in rows:
+        r["case_id"] = f"{r['model']}-{r['technique']}-cpu-bs8"
+    run_dir = write_run(tmp_path / "runs" / "notes", rows)
+    out = tmp_path / "report"
+    assert main(["report", str(run_dir), "--out", str(out)]) == EXIT_OK
+    markdown = (out / "report.md").read_text()
+    assert "## Hardware and kernel notes" in markdown
+    assert (
+        f"| bf16_autocast | hardware | {bf16} | resnet18-bf16_autocast-cpu-bs8, resnet50-bf16_autocast-cpu-bs8 |"
+        in markdown
+    )
+    assert f"| int8_static_fx | kernel | {slow} | resnet18-int8_static_fx-cpu-bs8 |" in markdown
+    assert markdown.count(bf16) == 1
+    assert "<h2>Hardware and kernel notes</h2>" in (out / "report.html").read_text()
+    summary = run_summary(load(run_dir))
+    assert "hardware and kernel notes (2), measured anyway:" in summary
+    assert f"bf16_autocast (hardware): {bf16}" in summary
+
+
+def test_a_run_without_notes_has_no_notes_section(run_dir, tmp_path):
+    out = tmp_path / "report"
+    assert main(["report", str(run_dir), "--out", str(out)]) == EXIT_OK
+    assert "Hardware and kernel notes" not in (out / "report.md").read_text()

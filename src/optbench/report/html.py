@@ -13,7 +13,7 @@ from optbench.report.markdown import limits_text, recommendations_frame
 from optbench.report.plots import Plot
 from optbench.report.recommend import Limits, Recommendation
 from optbench.report.runs import Run
-from optbench.report.tables import cross_run, environment, grid, not_passed
+from optbench.report.tables import cross_run, environment, grid, not_passed, notes
 
 RowAttrs = Callable[[pd.Series], dict[str, str]]
 
@@ -216,6 +216,9 @@ def report_html(
         ]
     for run in runs:
         title = f" ({html.escape(run.label)})" if len(runs) > 1 else ""
+        noted = notes(run.rows)
+        if not noted.empty:
+            parts += [f"<h2>Hardware and kernel notes{title}</h2>", html_table(noted)]
         failed = not_passed(run.rows)
         parts += [f"<h2>Skipped and failed cases{title}</h2>", html_table(failed)]
     parts.append("<h2>Environment</h2>")

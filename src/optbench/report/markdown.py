@@ -6,7 +6,7 @@ import pandas as pd
 
 from optbench.report.recommend import Limits, Recommendation
 from optbench.report.runs import Run
-from optbench.report.tables import cross_run, environment, grid, not_passed
+from optbench.report.tables import cross_run, environment, grid, not_passed, notes
 
 
 def _cell(value: object) -> str:
@@ -96,6 +96,17 @@ def report_markdown(runs: list[Run], recommendations: dict[str, list[Recommendat
         ]
     for run in runs:
         title = f" ({run.label})" if len(runs) > 1 else ""
+        noted = notes(run.rows)
+        if not noted.empty:
+            out += [
+                f"## Hardware and kernel notes{title}",
+                "",
+                "Measured anyway; read these rows knowing what this machine lacks or which slow "
+                "kernel they hit.",
+                "",
+                md_table(noted),
+                "",
+            ]
         out += [f"## Skipped and failed cases{title}", "", md_table(not_passed(run.rows)), ""]
     out += ["## Environment", ""]
     for run in runs:

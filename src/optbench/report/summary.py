@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from optbench.report.cells import ACCURACY_FLAGS, cell
+from optbench.report.tables import notes
 from optbench.results.derive import clear_difference
 from optbench.results.schema import Status
 from optbench.results.values import number as _num
@@ -24,7 +25,8 @@ def _cell(row: pd.Series) -> str:
         return cell(row, None)
     speedup = _num(row.get("speedup"))
     median = row["latency_ms_median"]
-    marks = "~" if row.get("noisy") else ""
+    noisy = row.get("noisy")
+    marks = "~" if noisy is not None and not pd.isna(noisy) and bool(noisy) else ""  # NA: not recorded
     if speedup is None:
         return f"{median:.3g}ms{marks}"
     return f"{speedup:.2f}x{'=' if _unclear(row) else ''} {median:.3g}ms{marks}"
@@ -145,6 +147,15 @@ def weak_model_warning(model: str, top1: float, target: float) -> str:
     )
 
 
+def hardware_notes(frame: pd.DataFrame) -> str:
+    """Each hardware or kernel note once, with its cases: why a technique may not pay off here."""
+    noted = notes(frame)
+    if noted.empty:
+        return ""
+    lines = [f"{r.technique} ({r.about}): {r.note}\n    {r.cases}" for r in noted.itertuples()]
+    return f"hardware and kernel notes ({len(noted)}), measured anyway:\n" + "\n".join(lines)
+
+
 def skip_reasons(frame: pd.DataFrame) -> str:
     """Skipped and failed cases grouped by reason, so nothing is dropped silently."""
     lines: list[str] = []
@@ -175,12 +186,13 @@ def _sources(frame: pd.DataFrame) -> str:
 
 def run_summary(frame: pd.DataFrame) -> str:
     """What a run ends with, and what `optbench show` prints: the grids, then the unclear speedups,
-    rows above the machine's ceiling, and the skipped and failed cases."""
+    rows above the machine's ceiling, hardware and kernel notes, and the skipped and failed cases."""
     parts = [
         comparison_table(frame),
         weak_models(frame),
         unclear_speedups(frame),
         above_ceiling(frame),
+        hardware_notes(frame),
         skip_reasons(frame),
     ]
     return "\n\n".join(p for p in parts if p)

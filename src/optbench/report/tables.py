@@ -61,6 +61,27 @@ def not_passed(frame: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+NOTE_COLUMNS = (("hardware_note", "hardware"), ("kernel_note", "kernel"))
+"""Columns that say why a technique may not pay off on this machine, and what each is about."""
+
+
+def notes(frame: pd.DataFrame) -> pd.DataFrame:
+    """The hardware and kernel notes of a run, each once, with the cases it is about: a technique
+    that needs what this machine lacks, or a prepared model that hits a known slow kernel."""
+    found: dict[tuple[str, str, str], list[str]] = {}
+    for column, kind in NOTE_COLUMNS:
+        if column not in frame:
+            continue
+        for row in frame[frame[column].notna() & (frame[column].astype(str) != "")].itertuples():
+            key = (str(row.technique), kind, str(getattr(row, column)))
+            found.setdefault(key, []).append(str(row.case_id))
+    records = [
+        {"technique": t, "about": kind, "note": note, "cases": ", ".join(ids)}
+        for (t, kind, note), ids in found.items()
+    ]
+    return pd.DataFrame(records, columns=["technique", "about", "note", "cases"])
+
+
 _ENVIRONMENT = (
     ("device_name", "device"),
     ("threads", "threads"),

@@ -100,6 +100,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("status", "str", "status", "", ", ".join(s.value for s in Status)[: -len(", diverged")] + " or diverged " + STATUS_DOC),
     Column("reason", "str", "status", "", "why a case was not passed: skip reason, exception type and message, or the accuracy numbers"),
     Column("hardware_note", "str", "status", "", "the hardware the technique needs to pay off, when this machine lacks it (native bf16, VNNI, CUDA, 2:4 tensor cores): measured anyway, read with that in mind"),
+    Column("kernel_note", "str", "status", "", "a slow kernel the prepared model is known to hit, and how to avoid it (int8 depthwise convolutions whose channel counts are not multiples of 8)"),
     Column("latency_ms_min", "float", "speed", "ms", "fastest call, ms"),
     Column("latency_ms_median", "float", "speed", "ms", "median call, ms (training: one optimizer step; data: one batch fed to a training step): the number speedup and throughput use (data rows: the mean)"),
     Column("latency_ms_mean", "float", "speed", "ms", "mean call, ms"),
@@ -213,7 +214,7 @@ COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 JSON_ONLY: tuple[str, ...] = tuple(c.name for c in RAW_COLUMNS)
 """Columns written to the JSONL only: the raw per-round latencies."""
 BY_NAME: dict[str, Column] = {c.name: c for c in (*COLUMNS, *RAW_COLUMNS)}
-TECHNIQUE_COLUMNS = ("sparsity", "calibration_samples", "finetune_samples")
+TECHNIQUE_COLUMNS = ("sparsity", "calibration_samples", "finetune_samples", "kernel_note")
 """Columns a technique may fill itself (Prepared.columns); anything else goes to technique_notes."""
 
 

@@ -33,6 +33,30 @@ def _calibrate(model: torch.nn.Module, ctx: TechniqueContext, label: str) -> int
     return seen
 
 
+def slow_depthwise_note(model: torch.nn.Module) -> str | None:
+    """A note when the quantized model has depthwise convolutions whose channel counts are not
+    multiples of 8: the x86 engine can run those about 100x slower (470 channels: 76 ms, 472: 0.6 ms;
+    scripts/quantized_channels.py). Not every such count is slow (100 is not), hence "can"."""
+    from torch.ao.nn.quantized import Conv2d as QuantizedConv2d
+
+    odd = [
+        m.out_channels
+        for m in model.modules()
+        if isinstance(m, QuantizedConv2d)
+        and m.groups > 1
+        and m.groups == m.in_channels
+        and m.out_channels % 8
+    ]
+    if not odd:
+        return None
+    shown = ", ".join(str(c) for c in sorted(set(odd))[:4])
+    return (
+        f"{len(odd)} int8 depthwise convolution(s) with channel counts that are not multiples of 8 "
+        f"({shown}): the x86 engine can run such counts about 100x slower; keep channels a multiple "
+        "of 8 (docs: quantization-and-pruning, Channel counts and int8)"
+    )
+
+
 class _Static(Technique):
     family = "quantization"
     hardware = ("int8",)
@@ -59,9 +83,8 @@ class Int8StaticFx(_Static):
             observed = prepare_fx(prepared.module, get_default_qconfig_mapping("x86"), prepared.inputs)
             seen = _calibrate(observed, ctx, f"{ctx.spec.name} (FX)")
             model = convert_fx(observed)
-        return prepared.then(
-            self.api, forward=model, module=model, dtype="int8", columns={"calibration_samples": seen}
-        )
+        columns = {"calibration_samples": seen, "kernel_note": slow_depthwise_note(model)}
+        return prepared.then(self.api, forward=model, module=model, dtype="int8", columns=columns)
 
 
 @register_technique
