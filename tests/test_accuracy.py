@@ -149,7 +149,10 @@ def test_the_paired_accuracy_interval_covers_at_its_stated_rate():
 def test_accuracy_verdicts_within_below_and_unclear_from_the_paired_interval():
     import torch
 
-    from optbench.measure.floor import BELOW, UNCLEAR, WITHIN, Reference, judge
+    from optbench.measure.floor import Reference, judge
+    from optbench.results.schema import AccuracyVerdict
+
+    WITHIN, BELOW, UNCLEAR = AccuracyVerdict.WITHIN, AccuracyVerdict.BELOW, AccuracyVerdict.UNCLEAR
 
     n = 2000
     labels = torch.arange(n) % 10
@@ -180,7 +183,10 @@ def test_an_fp32_model_at_chance_gives_no_accuracy_evidence():
     learned nothing, a damaging technique loses nothing, and "within floor" would be false."""
     import torch
 
-    from optbench.measure.floor import NO_EVIDENCE, WITHIN, Reference, judge
+    from optbench.measure.floor import Reference, judge
+    from optbench.results.schema import AccuracyVerdict
+
+    NO_EVIDENCE, WITHIN = AccuracyVerdict.NO_EVIDENCE, AccuracyVerdict.WITHIN
 
     n = 2000
     labels = torch.arange(n) % 10

@@ -28,10 +28,6 @@ class Reference:
     deterministic: bool
 
 
-WITHIN, BELOW, UNCLEAR = AccuracyVerdict.WITHIN, AccuracyVerdict.BELOW, AccuracyVerdict.UNCLEAR
-NO_EVIDENCE = AccuracyVerdict.NO_EVIDENCE
-
-
 def judge(
     logits: torch.Tensor | None,
     labels: torch.Tensor | None,
@@ -73,13 +69,13 @@ def judge(
     if accuracy.at_chance(ref_top1, classes):
         # A model that learned nothing loses nothing to compression: "within floor" would be false
         # evidence, and a recommendation would take the most damaging technique as free.
-        columns["accuracy_verdict"] = NO_EVIDENCE
+        columns["accuracy_verdict"] = AccuracyVerdict.NO_EVIDENCE
         columns["accuracy_note"] = (
             f"fp32 top-1 {ref_top1:.3f} is at chance ({1 / classes:.2f} for {classes} classes): the "
             "model learned nothing on this task, so its accuracy change says nothing about the technique"
         )
         return columns
-    if columns["accuracy_verdict"] == BELOW:
+    if columns["accuracy_verdict"] == AccuracyVerdict.BELOW:
         columns["status"] = Status.FAIL_ACCURACY
         below = (
             f"fp32 top-1 {ref_top1:.4f} minus {floor_points:g} points"
@@ -122,11 +118,11 @@ def _paired(
         "agreement_ci95_high": agree_high,
     }
     if math.isnan(low) or low >= limit:
-        columns["accuracy_verdict"] = WITHIN
+        columns["accuracy_verdict"] = AccuracyVerdict.WITHIN
     elif high < limit:
-        columns["accuracy_verdict"] = BELOW
+        columns["accuracy_verdict"] = AccuracyVerdict.BELOW
     else:
-        columns["accuracy_verdict"] = UNCLEAR
+        columns["accuracy_verdict"] = AccuracyVerdict.UNCLEAR
         half, gap = (high - low) / 2, abs(delta - limit)
         if gap > 0:  # the half-width shrinks as 1/sqrt(n): about n (half/gap)^2 samples decide it
             more = max(1, math.ceil(n * (half / gap) ** 2) - n)

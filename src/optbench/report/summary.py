@@ -25,8 +25,7 @@ def _cell(row: pd.Series) -> str:
         return cell(row, None)
     speedup = _num(row.get("speedup"))
     median = row["latency_ms_median"]
-    noisy = row.get("noisy")
-    marks = "~" if noisy is not None and not pd.isna(noisy) and bool(noisy) else ""  # NA: not recorded
+    marks = "~" if _num(row.get("noisy")) else ""  # an unrecorded (NA) value reads as not noisy
     if speedup is None:
         return f"{median:.3g}ms{marks}"
     return f"{speedup:.2f}x{'=' if _unclear(row) else ''} {median:.3g}ms{marks}"
