@@ -2,12 +2,15 @@
 rows CaseRunner writes for training cases (tiny models, tiny timing budgets)."""
 
 import copy
+import dataclasses
 import math
 
 import pytest
 import torch
 from torch import nn
 
+from optbench.catalog.tasks.base import short_training_task
+from optbench.catalog.tasks.digits import digits_task
 from optbench.catalog.techniques import Prepared, TechniqueContext, resolve
 from optbench.catalog.techniques.activation_checkpoint import repeated_blocks
 from optbench.catalog.techniques.base import NotApplicable
@@ -217,6 +220,28 @@ def registries_spec():
     from optbench.catalog.models import MODELS
 
     return MODELS.get("tiny_mlp")
+
+
+def test_the_short_training_learns_the_plain_digits_where_the_image_task_is_hard_digits(tmp_path, registries):
+    """50 steps from scratch leave resnet50, MobileNetV3, EfficientNet-B0 and ViT at chance on hard
+    digits (run train-1): the short training learns the plain digits at the same shape instead, the
+    row names that task, and the user's own data is kept."""
+    weights = WeightsProvider(
+        "trained", cache_root=tmp_path / "cache", progress=False, image_task="hard_digits"
+    )
+    got = weights.get(registries_spec())
+    assert got.task.name.startswith("hard-digits-8px") and got.converge_task.name == "digits-8px-seed0"
+    state = RunState(
+        run_id="t", writer=ResultsWriter(tmp_path / "run"), timing=FAST, weights=weights, converge_steps=30
+    )
+    row = CaseRunner(state).run(Case("tiny_mlp", "eager", "cpu", 8, "training"))
+    assert row["status"] == "passed", row.get("reason")
+    assert row["converge_task"] == "digits-8px-seed0" and row["converge_top1"] > 0.5
+    assert row["accuracy_source"] == "the embedded task (digits-8px-seed0), short training from scratch"
+    yours = dataclasses.replace(got.task, origin="/data/mine")
+    assert short_training_task(got.eval_spec, yours, "hard_digits") is yours
+    plain = digits_task(8)
+    assert short_training_task(got.eval_spec, plain, "digits") is plain
 
 
 def test_training_case_that_does_not_divide_is_a_skipped_row(state):

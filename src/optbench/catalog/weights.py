@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from optbench.catalog.models import IMAGE, ModelSpec
-from optbench.catalog.tasks.base import DEFAULT_IMAGE_TASK, TaskData
+from optbench.catalog.tasks.base import DEFAULT_IMAGE_TASK, TaskData, short_training_task
 from optbench.errors import UsageProblem
 
 WEIGHT_CHOICES = ("random", "trained", "pretrained", "own")
@@ -37,6 +37,8 @@ class ModelWeights:
     """Identifies these weights in cache keys of techniques that prepare from them."""
     accuracy_source: str = ""
     """Where the accuracy figures come from (the row's accuracy_source)."""
+    converge_task: TaskData | None = None
+    """What a training case's short training learns and is evaluated on (None: `task`)."""
 
     def eval_set(self, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The held-out inputs and labels, or their first `limit` (the split is shuffled and
@@ -184,6 +186,7 @@ class WeightsProvider:
             eval_spec=at_task,
             key=Path(record["path"]).stem,
             accuracy_source=accuracy_source(task, "trained weights"),
+            converge_task=short_training_task(at_task, task, self.image_task),
         )
 
     def unavailable_reason(self, spec: ModelSpec) -> str | None:
@@ -244,6 +247,7 @@ class WeightsProvider:
             eval_spec=at_task,
             key=state_key(state),
             accuracy_source=accuracy_source(task, f"own weights ({describe_own(spec)})", always=True),
+            converge_task=short_training_task(at_task, task, self.image_task),
         )
         try:
             model = weights.build(at_task)

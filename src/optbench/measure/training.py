@@ -1,12 +1,13 @@
 """Measures one training case: optimizer steps timed at the timed shape on a copy of the weights,
-then a short seeded training through the same technique to show whether it still learns."""
+then a short seeded training through the same technique to show whether it still learns (on the
+plain digits where the embedded task is hard digits: see tasks.base.short_training_task)."""
 
 from __future__ import annotations
 
 import torch
 
 from optbench.catalog.techniques import Prepared
-from optbench.catalog.weights import ModelWeights
+from optbench.catalog.weights import ModelWeights, accuracy_source
 from optbench.matrix.case import Case
 from optbench.measure.convergence import short_training
 from optbench.measure.inference import Measurement, Setup, TimeFn, apply_technique, time_case, timed_columns
@@ -21,7 +22,7 @@ def measure_training(case: Case, weights: ModelWeights, setup: Setup, time_fn: T
         nonfinite=timed.nonfinite,
     )
     del timed  # free the timed model before training another
-    task, at_task = weights.task, weights.eval_spec
+    task, at_task = weights.converge_task or weights.task, weights.eval_spec
     if setup.converge_steps and task is not None and at_task is not None and len(task.train_y):
         device = torch.device(case.device)
         # The recipe's batch, rounded to a multiple of the timed batch: a technique that splits the
@@ -35,11 +36,15 @@ def measure_training(case: Case, weights: ModelWeights, setup: Setup, time_fn: T
             prepare,
             at_task.build_model,
             (task.train_x, task.train_y),
-            weights.eval_set(setup.eval_limit),
+            (task.eval_x[: setup.eval_limit], task.eval_y[: setup.eval_limit]),
             steps=setup.converge_steps,
             batch_size=batch,
             lr=at_task.recipe.lr,
             device=device,
         )
-        measurement.columns.update(result.columns())
+        measurement.columns.update(
+            result.columns(),
+            converge_task=task.name,
+            accuracy_source=accuracy_source(task, "short training from scratch", always=True),
+        )
     return measurement
