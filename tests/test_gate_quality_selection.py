@@ -42,7 +42,7 @@ def test_the_injected_case_joins_the_gated_selection_and_nothing_else_changes(tm
     plain, injected = _cases(tmp_path, False, "gate"), _cases(tmp_path, True, "gate")
     added = {mode: [c for c in injected[mode] if c not in plain[mode]] for mode in plain}
     assert added == {
-        "inference": ["resnet18-gate_injected-cpu-bs2", "lstm_classifier-gate_injected-cpu-bs4"],
+        "inference": ["resnet18-gate_injected-cpu-bs2", "lstm_classifier-gate_injected-cpu-bs32"],
         "training": [],
         "data": [],
     }

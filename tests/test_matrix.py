@@ -107,8 +107,10 @@ def test_the_gate_profile_is_every_family_in_each_mode_on_smokes_models(registri
         "eager", "bf16_autocast", "fp16_autocast", "activation_checkpoint", "grad_accum_2"
     }  # fmt: skip
     assert {c.technique for c in cases["data"]} == {"eager", "pin_memory", "workers_2+persistent_workers"}
-    # smoke's batch sizes (resnet18 2, the LSTM 4), not the default profile's
-    assert {(c.model, c.batch_size) for c in cases["inference"]} == {("resnet18", 2), ("lstm_classifier", 4)}
+    # smoke's batch size for resnet18 (2); the LSTM names its own for the gate (32, not smoke's 4)
+    assert {(c.model, c.batch_size) for c in cases["inference"]} == {("resnet18", 2), ("lstm_classifier", 32)}
+    smoke = build_matrix(replace(select, profile="smoke"), "inference")
+    assert {(c.model, c.batch_size) for c in smoke} == {("resnet18", 2), ("lstm_classifier", 4)}
     assert sum(map(len, cases.values())) == 2 * 10 + 2 * 5 + 2 * 3  # bench/ feeds the loader resnet18 only
     on_cuda = {c.technique for c in build_matrix(replace(select, devices=["cuda"]), "inference")}
     assert "channels_last+fp16_autocast" in on_cuda and "channels_last+bf16_autocast" not in on_cuda

@@ -80,7 +80,7 @@ class Selection:
         if known and not self.models_given:
             changes["models"] = known
         if isinstance(batch_sizes, dict):
-            batch_sizes = batch_sizes.get(get_profile(self.profile).batch_key) or batch_sizes.get("default")
+            batch_sizes = get_profile(self.profile).batch_sizes(batch_sizes) or batch_sizes.get("default")
         if batch_sizes and self.batch_sizes is None:
             changes["batch_sizes"] = list(batch_sizes)  # type: ignore[call-overload]
         return replace(self, **changes) if changes else self  # type: ignore[arg-type]
@@ -109,7 +109,7 @@ def build_matrix(selection: Selection, mode: str) -> list[Case]:
         spec = MODELS.get(model)
         # A model named explicitly but not part of the profile runs at its default batch size.
         batch_sizes = selection.batch_sizes or list(
-            spec.batch_sizes.get(profile.batch_key) or spec.batch_sizes.get("default") or (1,)
+            profile.batch_sizes(spec.batch_sizes) or spec.batch_sizes.get("default") or (1,)
         )
         no_weights = weights.unavailable_reason(spec)  # once per model, not once per case
         if mode == "data" and spec.task != IMAGE:  # eager's data case too, not only the loader techniques

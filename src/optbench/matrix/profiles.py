@@ -62,6 +62,11 @@ class Profile:
     def batch_key(self) -> str:
         return self.sizes_from or self.name
 
+    def batch_sizes(self, sizes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...] | None:
+        """A model's batch sizes in this profile: those under the profile's own name where the model
+        gives some (the gate's LSTM), else under `batch_key`; None: the model gives none here."""
+        return sizes.get(self.name) or sizes.get(self.batch_key)
+
 
 SMOKE = Profile(
     "smoke",
