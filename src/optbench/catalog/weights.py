@@ -41,10 +41,9 @@ class ModelWeights:
     """What a training case's short training learns and is evaluated on (None: `task`)."""
 
     def eval_set(self, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The held-out inputs and labels, or their first `limit` (the split is shuffled and
-        stratified, so a prefix keeps the classes balanced)."""
+        """The task's held-out inputs and labels, or their first `limit` (TaskData.eval_set)."""
         assert self.task is not None
-        return self.task.eval_x[:limit], self.task.eval_y[:limit]
+        return self.task.eval_set(limit)
 
     def build(self, at: ModelSpec | None = None) -> torch.nn.Module:
         """The model built at `at`'s input shape (default: deployment) with these weights, in eval mode."""

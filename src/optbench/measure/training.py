@@ -36,7 +36,7 @@ def measure_training(case: Case, weights: ModelWeights, setup: Setup, time_fn: T
             prepare,
             at_task.build_model,
             (task.train_x, task.train_y),
-            (task.eval_x[: setup.eval_limit], task.eval_y[: setup.eval_limit]),
+            task.eval_set(setup.eval_limit),
             steps=setup.converge_steps,
             batch_size=batch,
             lr=at_task.recipe.lr,

@@ -33,6 +33,11 @@ class TaskData:
     """Train zoo models for exactly this many epochs here (no early stop at the recipe's target
     top-1, which is set for the plain digits task); None: the recipe decides."""
 
+    def eval_set(self, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The held-out inputs and labels, or their first `limit` (the split is shuffled and
+        stratified, so a prefix keeps the classes balanced)."""
+        return self.eval_x[:limit], self.eval_y[:limit]
+
     @property
     def where(self) -> str:
         """Names the data in accuracy_source and in error lines."""
