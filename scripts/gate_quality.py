@@ -11,7 +11,10 @@ head differ only by the injected change:
         -- bench/ --profile gate --devices cpu
 
 The pytest arguments default to the gated selection (the gate profile, on the CPU), to which the
-injected technique is added.
+injected technique is added. `--injected-only` times only the injected cases and the inference
+eager cases in the injected runs (A/A runs always time the whole selection). `--ledger FILE` appends
+every trial, with the commit, the gate's rule and the CPU, to a ledger that
+scripts/gate_quality_tally.py pools over sittings (results/gate-quality/ledger.jsonl is the project's).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import gate_quality_tally as tally
 
 ROOT = Path(__file__).resolve().parents[1]
 INJECTED = ROOT / "tests" / "gate_quality" / "gate_injected.py"
@@ -95,14 +100,6 @@ def _injected(out: Path) -> tuple[float | None, float | None]:
     return reached, paired
 
 
-def rate(k: int, n: int) -> str:
-    """k of n with its exact two-sided 95% Clopper-Pearson interval."""
-    from scipy.stats import binomtest
-
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
-    return f"{k} of {n} ({k / n:.0%}, 95% Clopper-Pearson [{ci.low:.1%}, {ci.high:.1%}])"
-
-
 def own_techniques(pytest_args: list[str]) -> bool:
     """Whether the selection's profile names its own techniques (the gate's): the injected technique
     then joins its inference cases (gate_injected.py), so exactly the gated cases are timed, with the
@@ -156,6 +153,11 @@ def trial(
     result["injected_cases_caught"] = sorted(
         {f.split(":")[0] for f in result["flagged"] if CASE_TECHNIQUE in f}
     )
+    result["injected_p"] = {
+        v["case_id"]: v["p_value"]
+        for v in verdicts
+        if CASE_TECHNIQUE in v["case_id"] and v["metric"] == "latency_ms" and v.get("p_value") is not None
+    }
     result["injected_ratio"], result["paired_median"] = _injected(out)
     return result
 
@@ -245,10 +247,19 @@ def main() -> int:
         metavar="KEPT",
         help="measure nothing: judge the pairs recorded in a --keep folder again with this checkout's rule",
     )
+    parser.add_argument(
+        "--injected-only",
+        action="store_true",
+        help="injected runs time only the injected cases and the inference eager cases (A/A: all)",
+    )
+    parser.add_argument("--plain-every", type=int, default=1, help="a plain run after every N-th A/A run")
+    parser.add_argument("--ledger", metavar="FILE", help="append every trial to this ledger (JSON lines)")
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args()
     if args.redecide:
         return redecide(Path(args.redecide))
+    # What the ledger says these trials ran: the committed HEAD the scratch clone is made from.
+    commit, rule_hash = tally.rule() if args.ledger else ("", "")
     pytest_args = args.pytest_args or ["bench/", "--profile", "gate", "--devices", "cpu"]
     if "--techniques" not in pytest_args and not own_techniques(pytest_args):
         pytest_args = [*pytest_args, "--techniques", f"eager,channels_last,{CASE_TECHNIQUE}"]
@@ -284,24 +295,32 @@ def main() -> int:
         )
         return time.perf_counter() - start
 
-    trials = []
+    context = {"commit": commit, "rule": rule_hash, "cpu": tally.cpu() if args.ledger else {}}
+    injected_only = ["-k", f"{CASE_TECHNIQUE} or (eager and not training and not data)"]
+    trials, aa_runs = [], 0
     for number, (kind, settings) in enumerate(plan):
+        fewer = args.injected_only and kind != "A/A"
         result = trial(
             repo,
             work / "runs" / f"{number:03d}",
             settings,
             args.rounds,
             args.slices,
-            pytest_args,
+            [*pytest_args, *injected_only] if fewer else pytest_args,
             python,
             env,
         )
-        result["kind"] = kind
+        result["kind"], result["selection"] = kind, "injected-only" if fewer else "full"
         if kind == "A/A":
-            # A plain run right after each A/A run: the machine's speed drifts over an hour, so the
-            # cost is the median of adjacent ratios, not of two runs at the start.
-            result["plain_s"] = plain_run()
+            aa_runs += 1
+            if (aa_runs - 1) % max(1, args.plain_every) == 0:
+                # A plain run right after the A/A run: the machine's speed drifts over an hour, so
+                # the cost is the median of adjacent ratios, not of two runs at the start.
+                result["plain_s"] = plain_run()
         trials.append(result)
+        if args.ledger:
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            tally.append(Path(args.ledger), result, {**context, "when": when, "pytest_args": pytest_args})
         flagged = ", ".join(result["flagged"]) or "-"
         reached = f" calibrated {result['injected_ratio']:.3f}" if result.get("injected_ratio") else ""
         paired = f" paired {result['paired_median']:.3f}" if result.get("paired_median") else ""
@@ -315,60 +334,16 @@ def main() -> int:
         )
     (work / "trials.json").write_text(json.dumps(trials, indent=2))
     print()
-    valid = [t for t in trials if not t["error"]]
-    aa = [t for t in valid if t["kind"] == "A/A"]
-    if aa:
-        alarms = sum(t["exit"] == 1 for t in aa)
-        print(f"A/A, runs that failed (false-alarm rate per run of the selection): {rate(alarms, len(aa))}")
-        tests = sum(t.get("cases_judged", 0) for t in aa)
-        flagged = sum(len({f.split(":")[0] for f in t["flagged"]}) for t in aa)
-        if tests:
-            print(f"A/A, cases that failed (false-alarm rate per case test): {rate(flagged, tests)}")
-    for kind in dict.fromkeys(t["kind"] for t in valid):
-        runs = [t for t in valid if t["kind"] == kind]
-        refuted = sum(bool(t.get("unconfirmed")) for t in runs)
-        others = sum(any(CASE_TECHNIQUE not in f for f in t["flagged"]) for t in runs)
-        print(
-            f"{kind}: {refuted} of {len(runs)} runs had a flagged case refuted by measuring it again; "
-            f"{others} failed on a case with no injected change"
+    tally.summarize(trials)
+    if args.ledger:
+        pooled = tally.pools(tally.read(Path(args.ledger))).get(
+            (rule_hash, context["cpu"]["fingerprint"]), []
         )
-    for kind in dict.fromkeys(t["kind"] for t in valid if t["kind"] != "A/A"):
-        runs = [t for t in valid if t["kind"] == kind]
-        caught = sum(bool(t.get("injected_caught")) for t in runs)
-        measured = [t["paired_median"] for t in runs if t.get("paired_median")]
-        seen = f"; gate's paired ratio median {statistics.median(measured):.3f}" if measured else ""
-        injected = [t["injected_ratio"] for t in runs if t.get("injected_ratio")]
-        if injected:
-            seen += f", calibrated {min(injected):.3f}-{max(injected):.3f}"
-        print(f"{kind}: detected in {rate(caught, len(runs))}{seen}")
-        cases = [c for t in runs for c in t.get("injected_cases", [])]
-        if cases:
-            hit = [c for t in runs for c in t.get("injected_cases_caught", [])]
-            missed = sorted(
-                {
-                    c
-                    for t in runs
-                    for c in t.get("injected_cases", [])
-                    if c not in t.get("injected_cases_caught", [])
-                }
-            )
+        if len(pooled) > len(trials):
             print(
-                f"{kind}, per injected case: caught {rate(len(hit), len(cases))}; missed in: {', '.join(missed) or '-'}"
+                f"\nPooled with the ledger's earlier trials of rule {rule_hash} on this CPU ({len(pooled)} trials):"
             )
-    if aa:  # A/A: no calibration of an injected slowdown in the way
-        costs = [t["wall_s"] / t["plain_s"] for t in aa]
-        ab_wall, plain_wall = (
-            statistics.median(t["wall_s"] for t in aa),
-            statistics.median(t["plain_s"] for t in aa),
-        )
-        print(
-            f"optbench ab wall time per run: median {ab_wall:.0f} s against {plain_wall:.0f} s plain; "
-            f"adjacent ratios median {statistics.median(costs):.2f}x (range {min(costs):.2f}-{max(costs):.2f}): "
-            f"the gate adds {statistics.median(costs) - 1:.2f}x"
-        )
-    errors = [t for t in trials if t["error"]]
-    if errors:
-        print(f"{len(errors)} runs ended without verdicts (not counted): {errors[0]['error']}")
+            tally.summarize(pooled)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -1,0 +1,189 @@
+"""The gate-quality ledger and its rates: every trial of scripts/gate_quality.py as one JSON line, with
+the commit, the gate's rule and the CPU it ran on, so that counts too long for one sitting (A/A x20,
+10% x20, ...) add up over several, and only trials of the same rule on the same CPU are pooled.
+
+    python scripts/gate_quality_tally.py results/gate-quality/ledger.jsonl
+
+prints the rates of each (rule, CPU) pool of the ledger. Measures nothing; asserts nothing.
+
+The rule is a hash of the committed trees that decide what the gate measures and how it judges
+(RULE_PATHS: all of optbench but its report package, the bench/ and models/ folders, the injected
+technique, pyproject.toml). A commit that touches only docs or reports keeps the rule, so its trials
+pool with the earlier ones; any other change starts a new pool."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASE_TECHNIQUE = "gate_injected"
+RULE_PATHS = ("bench", "models", "tests/gate_quality", "pyproject.toml")
+RULE_EXCLUDED = ("src/optbench/report",)
+"""Under src/optbench: every entry but these is part of the rule."""
+ALPHA = 0.01
+"""The gate's default alpha (optbench.gate.config), for the full-selection check of injected runs."""
+
+
+def _git(args: list[str]) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
+def rule_paths() -> list[str]:
+    entries = _git(["ls-tree", "--name-only", "HEAD", "src/optbench/"]).split()
+    return sorted([e for e in entries if e not in RULE_EXCLUDED] + list(RULE_PATHS))
+
+
+def rule() -> tuple[str, str]:
+    """(commit, rule hash) of this checkout's HEAD. Uncommitted changes to the rule's paths are refused:
+    the trials run a clone of HEAD, so they would not be what the ledger says."""
+    import hashlib
+
+    paths = rule_paths()
+    dirty = _git(["status", "--porcelain", "--", *paths]).strip()
+    if dirty:
+        raise SystemExit(
+            f"gate_quality: uncommitted changes to the gate's code ({dirty.splitlines()[0]} ...); commit first"
+        )
+    trees = _git(["rev-parse", *[f"HEAD:{p}" for p in paths]]).split()
+    digest = hashlib.sha1(" ".join(trees).encode()).hexdigest()[:12]
+    return _git(["rev-parse", "--short=12", "HEAD"]).strip(), digest
+
+
+def cpu() -> dict[str, str]:
+    """The facts of this machine that decide its kernels and noise (optbench's fingerprint among them)."""
+    from optbench.catalog.machine import machine_info
+
+    info = machine_info()
+    keys = ("cpu", "cores", "cpu_capability", "cpu_isa", "cpu_id", "cuda_device", "fingerprint")
+    return {k: info[k] for k in keys}
+
+
+def append(ledger: Path, trial: dict, context: dict) -> None:
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    with ledger.open("a") as f:
+        f.write(json.dumps({**context, **trial}, sort_keys=True) + "\n")
+
+
+def read(ledger: Path) -> list[dict]:
+    return [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
+
+
+def rate(k: int, n: int) -> str:
+    """k of n with its exact two-sided 95% Clopper-Pearson interval."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    return f"{k} of {n} ({k / n:.0%}, 95% Clopper-Pearson [{ci.low:.1%}, {ci.high:.1%}])"
+
+
+def summarize(trials: list[dict]) -> None:
+    """Print the false-alarm, detection and cost figures of `trials` (one rule, one CPU)."""
+    valid = [t for t in trials if not t["error"]]
+    aa = [t for t in valid if t["kind"] == "A/A"]
+    if aa:
+        alarms = sum(t["exit"] == 1 for t in aa)
+        print(f"A/A, runs that failed (false-alarm rate per run of the selection): {rate(alarms, len(aa))}")
+        tests = sum(t.get("cases_judged", 0) for t in aa)
+        flagged = sum(len({f.split(":")[0] for f in t["flagged"]}) for t in aa)
+        if tests:
+            print(f"A/A, cases that failed (false-alarm rate per case test): {rate(flagged, tests)}")
+    for kind in dict.fromkeys(t["kind"] for t in valid):
+        runs = [t for t in valid if t["kind"] == kind]
+        refuted = sum(bool(t.get("unconfirmed")) for t in runs)
+        others = sum(any(CASE_TECHNIQUE not in f for f in t["flagged"]) for t in runs)
+        print(
+            f"{kind}: {refuted} of {len(runs)} runs had a flagged case refuted by measuring it again; "
+            f"{others} failed on a case with no injected change"
+        )
+    # The latency cases a run of the whole gated selection judges: what a run that timed fewer
+    # cases (--injected-only) would have been corrected over.
+    full = max((t.get("latency_judged", 0) for t in aa), default=0)
+    for kind in dict.fromkeys(t["kind"] for t in valid if t["kind"] != "A/A"):
+        _detection(kind, [t for t in valid if t["kind"] == kind], full)
+    with_plain = [t for t in aa if t.get("plain_s")]
+    if with_plain:  # A/A: no calibration of an injected slowdown in the way
+        costs = [t["wall_s"] / t["plain_s"] for t in with_plain]
+        ab_wall = statistics.median(t["wall_s"] for t in with_plain)
+        plain_wall = statistics.median(t["plain_s"] for t in with_plain)
+        print(
+            f"optbench ab wall time per run: median {ab_wall:.0f} s against {plain_wall:.0f} s plain "
+            f"({len(with_plain)} runs); adjacent ratios median {statistics.median(costs):.2f}x "
+            f"(range {min(costs):.2f}-{max(costs):.2f}): the gate adds {statistics.median(costs) - 1:.2f}x"
+        )
+    errors = [t for t in trials if t["error"]]
+    if errors:
+        print(f"{len(errors)} runs ended without verdicts (not counted): {errors[0]['error']}")
+
+
+def _detection(kind: str, runs: list[dict], full: int) -> None:
+    caught = sum(bool(t.get("injected_caught")) for t in runs)
+    measured = [t["paired_median"] for t in runs if t.get("paired_median")]
+    seen = f"; gate's paired ratio median {statistics.median(measured):.3f}" if measured else ""
+    injected = [t["injected_ratio"] for t in runs if t.get("injected_ratio")]
+    if injected:
+        seen += f", calibrated {min(injected):.3f}-{max(injected):.3f}"
+    print(f"{kind}: detected in {rate(caught, len(runs))}{seen}")
+    cases = [c for t in runs for c in t.get("injected_cases", [])]
+    if cases:
+        hit = [c for t in runs for c in t.get("injected_cases_caught", [])]
+        missed = sorted(
+            {
+                c
+                for t in runs
+                for c in t.get("injected_cases", [])
+                if c not in t.get("injected_cases_caught", [])
+            }
+        )
+        print(
+            f"{kind}, per injected case: caught {rate(len(hit), len(cases))}; missed in: {', '.join(missed) or '-'}"
+        )
+    fewer = [t for t in runs if t.get("selection") == "injected-only" and t.get("latency_judged")]
+    if fewer and full:
+        # Holm's first step multiplies the smallest p by the family's size: a caught case whose raw
+        # one-sided p times the whole selection's size is below alpha too would be caught there also.
+        caught_fewer = [t for t in fewer if t.get("injected_caught")]
+        held = sum(
+            all(t.get("injected_p", {}).get(c, 1.0) * full < ALPHA for c in t["injected_cases_caught"])
+            for t in caught_fewer
+        )
+        judged = sorted({t["latency_judged"] for t in fewer})
+        print(
+            f"{kind}: {len(fewer)} runs timed only the injected cases and eager ({judged} latency cases, "
+            f"corrected over those); in {held} of the {len(caught_fewer)} that caught it, the caught "
+            f"case's raw p times {full} (the whole gated selection's latency cases) is below {ALPHA:g} too"
+        )
+
+
+def pools(trials: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """Trials grouped by (rule, CPU fingerprint), in ledger order."""
+    grouped: dict[tuple[str, str], list[dict]] = {}
+    for t in trials:
+        grouped.setdefault((t.get("rule", "?"), t.get("cpu", {}).get("fingerprint", "?")), []).append(t)
+    return grouped
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or not Path(argv[0]).is_file():
+        print("usage: python scripts/gate_quality_tally.py LEDGER.jsonl", file=sys.stderr)
+        return 2
+    for (rule_hash, _), trials in pools(read(Path(argv[0]))).items():
+        first = trials[0]
+        commits = ", ".join(dict.fromkeys(t.get("commit", "?") for t in trials))
+        c = first.get("cpu", {})
+        print(
+            f"## rule {rule_hash}: {len(trials)} trials, commits {commits}, "
+            f"{first.get('when', '?')[:10]} to {trials[-1].get('when', '?')[:10]}\n"
+            f"CPU: {c.get('cpu')} {c.get('cpu_id')}, {c.get('cores')} cores, capability {c.get('cpu_capability')}, "
+            f"ISA {c.get('cpu_isa') or '-'} (fingerprint {c.get('fingerprint')})"
+        )
+        summarize(trials)
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
