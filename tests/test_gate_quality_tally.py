@@ -1,0 +1,115 @@
+"""scripts/gate_quality_tally.py: the gate-quality ledger pools only trials of one rule on one CPU, the
+rule is the committed code that decides the gate, and the rates carry exact intervals."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tally():
+    spec = importlib.util.spec_from_file_location(
+        "gate_quality_tally", ROOT / "scripts" / "gate_quality_tally.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CPU_A = {"cpu": "AMD EPYC", "cpu_id": "25/17/1", "cores": "2", "cpu_capability": "AVX512", "fingerprint": "a"}
+CPU_B = {**CPU_A, "cpu_id": "25/1/1", "cpu_capability": "AVX2", "fingerprint": "b"}
+
+
+def _trial(kind="A/A", exit=0, rule="r1", cpu=CPU_A, **extra):
+    return {
+        "kind": kind, "exit": exit, "error": "", "flagged": [], "unconfirmed": [], "rule": rule,
+        "cpu": cpu, "commit": "c1", "when": "2026-12-06T10:00:00Z", "cases_judged": 25,
+        "latency_judged": 22, "wall_s": 340.0, **extra,
+    }  # fmt: skip
+
+
+def test_only_one_rule_on_one_cpu_is_pooled(tally):
+    trials = [_trial(), _trial(rule="r2"), _trial(cpu=CPU_B), _trial()]
+    pools = tally.pools(trials)
+    assert sorted(pools) == [("r1", "a"), ("r1", "b"), ("r2", "a")]
+    assert len(pools[("r1", "a")]) == 2
+
+
+def test_rates_carry_exact_intervals_and_the_cost(tally, capsys):
+    trials = [_trial(plain_s=120.0) for _ in range(20)] + [_trial(exit=1, flagged=["x:latency_ms"])]
+    tally.summarize(trials)
+    out = capsys.readouterr().out
+    assert "A/A, runs that failed (false-alarm rate per run of the selection): 1 of 21 (5%" in out
+    # 1 case flagged in 21 x 25 case tests
+    assert "1 of 525" in out
+    assert "median 340 s against 120 s plain (20 runs)" in out and "the gate adds 1.83x" in out
+    capsys.readouterr()
+    tally.summarize([_trial() for _ in range(20)])
+    assert "0 of 20 (0%, 95% Clopper-Pearson [0.0%, 16.8%])" in capsys.readouterr().out
+
+
+def test_an_injected_run_on_fewer_cases_is_checked_against_the_whole_selection(tally, capsys):
+    caught = {"injected_caught": True, "injected_cases": ["m-gate_injected"], "selection": "injected-only"}
+    strong = _trial("slowdown 10%", 1, injected_cases_caught=["m-gate_injected"], latency_judged=4, **caught)
+    strong["injected_p"] = {"m-gate_injected": 1.5e-5}
+    weak = {**strong, "injected_p": {"m-gate_injected": 0.001}}  # x 22 = 0.022: not at the whole set's size
+    tally.summarize([_trial(), strong, weak])
+    out = capsys.readouterr().out
+    assert "slowdown 10%: detected in 2 of 2" in out
+    assert "in 1 of the 2 that caught it" in out and "times 22" in out
+
+
+def _repo(path: Path) -> None:
+    for name in ("src/optbench/gate/rule.py", "src/optbench/report/page.py", "bench/b.py", "models/m.py",
+                 "tests/gate_quality/t.py", "pyproject.toml", "docs/d.md"):  # fmt: skip
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text("x = 1\n")
+    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
+    _commit(path)
+
+
+def _commit(path: Path) -> None:
+    subprocess.run(["git", "add", "-A"], cwd=path, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c"], cwd=path, check=True
+    )
+
+
+def test_the_rule_is_the_gates_committed_code(tally, tmp_path, monkeypatch):
+    _repo(tmp_path)
+    monkeypatch.setattr(tally, "ROOT", tmp_path)
+    commit, first = tally.rule()
+    # Docs and reports do not change what the gate measures: same rule, new commit.
+    for name in ("docs/d.md", "src/optbench/report/page.py"):
+        (tmp_path / name).write_text("x = 2\n")
+    assert tally.rule()[1] == first  # uncommitted report and docs changes are allowed
+    _commit(tmp_path)
+    again, same = tally.rule()
+    assert same == first and again != commit
+    # The gate's own code does, and uncommitted changes to it are refused: the trials run HEAD.
+    (tmp_path / "src/optbench/gate/rule.py").write_text("x = 3\n")
+    with pytest.raises(SystemExit, match="uncommitted changes to the gate's code"):
+        tally.rule()
+    _commit(tmp_path)
+    assert tally.rule()[1] != first
+
+
+def test_the_command_prints_each_pool(tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text("".join(json.dumps(t) + "\n" for t in [_trial(), _trial(cpu=CPU_B)]))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gate_quality_tally.py"), str(ledger)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert done.stdout.count("## rule r1: 1 trials") == 2
+    assert "capability AVX2" in done.stdout and "capability AVX512" in done.stdout
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gate_quality_tally.py")], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
