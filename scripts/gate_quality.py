@@ -35,6 +35,8 @@ import gate_quality_tally as tally
 ROOT = Path(__file__).resolve().parents[1]
 INJECTED = ROOT / "tests" / "gate_quality" / "gate_injected.py"
 CASE_TECHNIQUE = "gate_injected"
+INJECTED_ONLY = f"{CASE_TECHNIQUE} or (eager and not training and not data)"
+"""--injected-only's pytest -k: the injected cases and the eager inference cases beside them."""
 
 
 def _git(args: list[str], cwd: Path) -> None:
@@ -134,30 +136,7 @@ def trial(
     if done.returncode not in (0, 1) or not gate.exists():
         result["error"] = (done.stderr.strip().splitlines() or ["?"])[-1]
         return result
-    recorded = json.loads(gate.read_text())
-    verdicts = recorded["verdicts"]
-    # The case tests of this run: cases judged on a metric (a verdict other than not comparable).
-    result["cases_judged"] = len({v["case_id"] for v in verdicts if v["verdict"] != "not_comparable"})
-    result["latency_judged"] = len(recorded["ab"]["paired_ratios"])
-    regressed = [v for v in verdicts if v["verdict"] == "regressed" and not v.get("ignored")]
-    # What fails the gate: regressions not acknowledged and not refuted by a second measurement.
-    result["flagged"] = sorted(
-        {f"{v['case_id']}:{v['metric']}" for v in regressed if v.get("confirmed") is not False}
-    )
-    result["unconfirmed"] = sorted(
-        {f"{v['case_id']}:{v['metric']}" for v in regressed if v.get("confirmed") is False}
-    )
-    result["injected_caught"] = any(CASE_TECHNIQUE in f for f in result["flagged"])
-    # Per injected case (one per model in the selection): a run can catch one model's and miss another's.
-    result["injected_cases"] = sorted({v["case_id"] for v in verdicts if CASE_TECHNIQUE in v["case_id"]})
-    result["injected_cases_caught"] = sorted(
-        {f.split(":")[0] for f in result["flagged"] if CASE_TECHNIQUE in f}
-    )
-    result["injected_p"] = {
-        v["case_id"]: v["p_value"]
-        for v in verdicts
-        if CASE_TECHNIQUE in v["case_id"] and v["metric"] == "latency_ms" and v.get("p_value") is not None
-    }
+    result.update(tally.outcome(json.loads(gate.read_text())))
     result["injected_ratio"], result["paired_median"] = _injected(out)
     return result
 
@@ -193,7 +172,7 @@ def redecide(kept: Path) -> int:
         return {v.case_id for v in verdicts if v.verdict == REGRESSED}
 
     trials = json.loads((kept / "trials.json").read_text())
-    tally: dict[str, dict[str, int]] = {}
+    counts_of: dict[str, dict[str, int]] = {}
     for number, t in enumerate(trials):
         gate = kept / "runs" / f"{number:03d}" / "gate.json"
         if t["error"] or not gate.exists():
@@ -208,7 +187,7 @@ def redecide(kept: Path) -> int:
         caught = any(CASE_TECHNIQUE in c for c in confirmed) or any(
             CASE_TECHNIQUE in v["case_id"] for v in other
         )
-        counts = tally.setdefault(t["kind"], {"runs": 0, "failing": 0, "caught": 0, "unknown": 0})
+        counts = counts_of.setdefault(t["kind"], {"runs": 0, "failing": 0, "caught": 0, "unknown": 0})
         counts["runs"] += 1
         counts["failing"] += bool(confirmed or other)
         counts["caught"] += caught
@@ -221,7 +200,7 @@ def redecide(kept: Path) -> int:
         )
         if was != now.split()[0] or unknown:
             print(f"{number:3d} {t['kind']:14s} recorded {was}, now {now}: flagged {sorted(flagged) or '-'}")
-    for kind, c in tally.items():
+    for kind, c in counts_of.items():
         print(
             f"{kind}: {c['runs']} runs, {c['failing']} failing, injected change caught in {c['caught']}, "
             f"{c['unknown']} unknown (flagged now, confirmation not measured)"
@@ -261,6 +240,9 @@ def main() -> int:
     # What the ledger says these trials ran: the committed HEAD the scratch clone is made from.
     commit, rule_hash = tally.rule() if args.ledger else ("", "")
     pytest_args = args.pytest_args or ["bench/", "--profile", "gate", "--devices", "cpu"]
+    if args.injected_only and "-k" in pytest_args:
+        print("gate_quality: --injected-only makes its own -k selection; drop -k", file=sys.stderr)
+        return 2
     if "--techniques" not in pytest_args and not own_techniques(pytest_args):
         pytest_args = [*pytest_args, "--techniques", f"eager,channels_last,{CASE_TECHNIQUE}"]
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="optbench-gate-quality-"))
@@ -296,17 +278,19 @@ def main() -> int:
         return time.perf_counter() - start
 
     context = {"commit": commit, "rule": rule_hash, "cpu": tally.cpu() if args.ledger else {}}
-    injected_only = ["-k", f"{CASE_TECHNIQUE} or (eager and not training and not data)"]
+    context["setup"] = tally.setup(args.rounds, args.slices) if args.ledger else {}
+    injected_only = ["-k", INJECTED_ONLY]
     trials, aa_runs = [], 0
     for number, (kind, settings) in enumerate(plan):
         fewer = args.injected_only and kind != "A/A"
+        selection = [*pytest_args, *injected_only] if fewer else pytest_args
         result = trial(
             repo,
             work / "runs" / f"{number:03d}",
             settings,
             args.rounds,
             args.slices,
-            [*pytest_args, *injected_only] if fewer else pytest_args,
+            selection,
             python,
             env,
         )
@@ -320,7 +304,7 @@ def main() -> int:
         trials.append(result)
         if args.ledger:
             when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            tally.append(Path(args.ledger), result, {**context, "when": when, "pytest_args": pytest_args})
+            tally.append(Path(args.ledger), result, {**context, "when": when, "pytest_args": selection})
         flagged = ", ".join(result["flagged"]) or "-"
         reached = f" calibrated {result['injected_ratio']:.3f}" if result.get("injected_ratio") else ""
         paired = f" paired {result['paired_median']:.3f}" if result.get("paired_median") else ""
@@ -336,9 +320,7 @@ def main() -> int:
     print()
     tally.summarize(trials)
     if args.ledger:
-        pooled = tally.pools(tally.read(Path(args.ledger))).get(
-            (rule_hash, context["cpu"]["fingerprint"]), []
-        )
+        pooled = tally.pools(tally.read(Path(args.ledger))).get(tally.pool_key(context), [])
         if len(pooled) > len(trials):
             print(
                 f"\nPooled with the ledger's earlier trials of rule {rule_hash} on this CPU ({len(pooled)} trials):"

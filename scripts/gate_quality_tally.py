@@ -24,8 +24,6 @@ CASE_TECHNIQUE = "gate_injected"
 RULE_PATHS = ("bench", "models", "tests/gate_quality", "pyproject.toml")
 RULE_EXCLUDED = ("src/optbench/report",)
 """Under src/optbench: every entry but these is part of the rule."""
-ALPHA = 0.01
-"""The gate's default alpha (optbench.gate.config), for the full-selection check of injected runs."""
 
 
 def _git(args: list[str]) -> str:
@@ -60,6 +58,58 @@ def cpu() -> dict[str, str]:
     info = machine_info()
     keys = ("cpu", "cores", "cpu_capability", "cpu_isa", "cpu_id", "cuda_device", "fingerprint")
     return {k: info[k] for k in keys}
+
+
+def setup(rounds: int, slices: int) -> dict:
+    """What else decides the error rates and must match for trials to pool: the A/B design, the
+    gate's alpha (this checkout's pyproject.toml) and the library versions that run and judge it."""
+    from importlib import metadata
+
+    from optbench.gate.config import load_gate_config
+
+    versions = {p: metadata.version(p) for p in ("torch", "torchvision", "numpy", "scipy")}
+    versions["python"] = sys.version.split()[0]
+    alpha = load_gate_config(ROOT / "pyproject.toml").thresholds.alpha
+    return {"rounds": rounds, "slices": slices, "alpha": alpha, "versions": versions}
+
+
+def outcome(recorded: dict) -> dict:
+    """What one `optbench ab` run's gate.json says, for the ledger: the case tests, what failed the
+    gate, and the injected cases' raw one-sided p-values (first measurement and confirmation)."""
+    from optbench.gate.paired import signed_rank_p
+
+    verdicts = recorded["verdicts"]
+    judged = [v for v in verdicts if v["verdict"] != "not_comparable"]
+    regressed = [v for v in verdicts if v["verdict"] == "regressed" and not v.get("ignored")]
+    # What fails the gate: regressions not acknowledged and not refuted by a second measurement.
+    flagged = sorted({f"{v['case_id']}:{v['metric']}" for v in regressed if v.get("confirmed") is not False})
+    confirmation = recorded["ab"].get("confirmation") or {}
+    return {
+        # The case tests of this run: cases judged on a metric (a verdict other than not comparable).
+        "cases_judged": len({v["case_id"] for v in judged}),
+        # The latency cases judged on pairs: the family the paired test corrects over.
+        "latency_judged": sum(v["metric"] == "latency_ms" for v in judged),
+        "flagged": flagged,
+        "unconfirmed": sorted(
+            {f"{v['case_id']}:{v['metric']}" for v in regressed if v.get("confirmed") is False}
+        ),
+        "injected_caught": any(CASE_TECHNIQUE in f for f in flagged),
+        # Per injected case (one per model): a run can catch one model's and miss another's.
+        "injected_cases": sorted({v["case_id"] for v in verdicts if CASE_TECHNIQUE in v["case_id"]}),
+        "injected_cases_caught": sorted({f.split(":")[0] for f in flagged if CASE_TECHNIQUE in f}),
+        "injected_p": {
+            v["case_id"]: v["p_value"]
+            for v in verdicts
+            if CASE_TECHNIQUE in v["case_id"] and v["metric"] == "latency_ms" and v.get("p_value") is not None
+        },
+        "injected_confirm_p": {
+            c: signed_rank_p(r, "greater")
+            for c, r in (confirmation.get("paired_ratios") or {}).items()
+            if CASE_TECHNIQUE in c and r
+        },
+        "rounds": recorded["ab"].get("rounds"),
+        "slices": recorded["ab"].get("slices"),
+    }
 
 
 def append(ledger: Path, trial: dict, context: dict) -> None:
@@ -99,11 +149,12 @@ def summarize(trials: list[dict]) -> None:
             f"{kind}: {refuted} of {len(runs)} runs had a flagged case refuted by measuring it again; "
             f"{others} failed on a case with no injected change"
         )
-    # The latency cases a run of the whole gated selection judges: what a run that timed fewer
-    # cases (--injected-only) would have been corrected over.
-    full = max((t.get("latency_judged", 0) for t in aa), default=0)
+    # The latency cases a run of the whole selection judges (its A/A runs): what an injected run
+    # that timed fewer cases (--injected-only) would have been corrected over.
+    full = max((t.get("latency_judged", 0) for t in aa if t.get("selection", "full") == "full"), default=0)
+    alpha = float(trials[0].get("setup", {}).get("alpha", 0.01))
     for kind in dict.fromkeys(t["kind"] for t in valid if t["kind"] != "A/A"):
-        _detection(kind, [t for t in valid if t["kind"] == kind], full)
+        _detection(kind, [t for t in valid if t["kind"] == kind], full, alpha)
     with_plain = [t for t in aa if t.get("plain_s")]
     if with_plain:  # A/A: no calibration of an injected slowdown in the way
         costs = [t["wall_s"] / t["plain_s"] for t in with_plain]
@@ -119,14 +170,54 @@ def summarize(trials: list[dict]) -> None:
         print(f"{len(errors)} runs ended without verdicts (not counted): {errors[0]['error']}")
 
 
-def _detection(kind: str, runs: list[dict], full: int) -> None:
-    caught = sum(bool(t.get("injected_caught")) for t in runs)
+def holds_at(trial: dict, full: int, alpha: float) -> bool:
+    """Whether an injected run that timed fewer cases caught its change in a way the whole selection's
+    correction would keep: some caught injected case whose latency test's raw one-sided p, in the first
+    measurement and in the confirmation, times `full` is below alpha (Holm's and Benjamini-Hochberg's
+    adjusted p are at most that), or one caught on a metric not corrected over cases (top-1, size).
+    This bounds the correction only: a whole selection's session also runs longer and may flag more
+    cases for confirmation, which this cannot show."""
+    for flag in trial.get("flagged", []):
+        case, _, metric = flag.rpartition(":")
+        if CASE_TECHNIQUE not in case:
+            continue
+        if metric != "latency_ms":
+            return True
+        found = [trial.get(k, {}).get(case) for k in ("injected_p", "injected_confirm_p")]
+        found = [p for p in found if p is not None]  # no confirmation p: it was not re-measured
+        if found and max(found) * full < alpha:
+            return True
+    return False
+
+
+def _detection(kind: str, runs: list[dict], full: int, alpha: float) -> None:
+    whole = [t for t in runs if t.get("selection", "full") == "full"]
+    fewer = [t for t in runs if t.get("selection") == "injected-only"]
     measured = [t["paired_median"] for t in runs if t.get("paired_median")]
     seen = f"; gate's paired ratio median {statistics.median(measured):.3f}" if measured else ""
     injected = [t["injected_ratio"] for t in runs if t.get("injected_ratio")]
     if injected:
         seen += f", calibrated {min(injected):.3f}-{max(injected):.3f}"
-    print(f"{kind}: detected in {rate(caught, len(runs))}{seen}")
+    if whole:
+        caught = sum(bool(t.get("injected_caught")) for t in whole)
+        print(f"{kind}, timing the whole selection: detected in {rate(caught, len(whole))}")
+    if fewer:
+        caught = sum(bool(t.get("injected_caught")) for t in fewer)
+        if full:
+            held = sum(holds_at(t, full, alpha) for t in fewer)
+            print(
+                f"{kind}, timing only the injected and eager inference cases: caught in {caught} of "
+                f"{len(fewer)}, of which {held} hold at the whole selection's correction ({full} latency "
+                f"cases, raw p x {full} < {alpha:g} in both measurements): detected in {rate(held, len(fewer))}"
+            )
+        else:
+            print(
+                f"{kind}, timing only the injected and eager inference cases: caught in {caught} of "
+                f"{len(fewer)}; not counted as detection: no A/A run of the whole selection in this pool "
+                f"gives the correction's size to check them against"
+            )
+    if seen:
+        print(f"{kind}:{seen[1:]}")
     cases = [c for t in runs for c in t.get("injected_cases", [])]
     if cases:
         hit = [c for t in runs for c in t.get("injected_cases_caught", [])]
@@ -141,28 +232,22 @@ def _detection(kind: str, runs: list[dict], full: int) -> None:
         print(
             f"{kind}, per injected case: caught {rate(len(hit), len(cases))}; missed in: {', '.join(missed) or '-'}"
         )
-    fewer = [t for t in runs if t.get("selection") == "injected-only" and t.get("latency_judged")]
-    if fewer and full:
-        # Holm's first step multiplies the smallest p by the family's size: a caught case whose raw
-        # one-sided p times the whole selection's size is below alpha too would be caught there also.
-        caught_fewer = [t for t in fewer if t.get("injected_caught")]
-        held = sum(
-            all(t.get("injected_p", {}).get(c, 1.0) * full < ALPHA for c in t["injected_cases_caught"])
-            for t in caught_fewer
-        )
-        judged = sorted({t["latency_judged"] for t in fewer})
-        print(
-            f"{kind}: {len(fewer)} runs timed only the injected cases and eager ({judged} latency cases, "
-            f"corrected over those); in {held} of the {len(caught_fewer)} that caught it, the caught "
-            f"case's raw p times {full} (the whole gated selection's latency cases) is below {ALPHA:g} too"
-        )
 
 
-def pools(trials: list[dict]) -> dict[tuple[str, str], list[dict]]:
-    """Trials grouped by (rule, CPU fingerprint), in ledger order."""
-    grouped: dict[tuple[str, str], list[dict]] = {}
+def pool_key(trial: dict) -> tuple[str, str, str]:
+    """Trials pool when the rule, the CPU and the setup (A/B design, alpha, versions) are the same."""
+    return (
+        trial.get("rule", "?"),
+        trial.get("cpu", {}).get("fingerprint", "?"),
+        json.dumps(trial.get("setup", {}), sort_keys=True),
+    )
+
+
+def pools(trials: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
+    """Trials grouped by pool_key, in ledger order."""
+    grouped: dict[tuple[str, str, str], list[dict]] = {}
     for t in trials:
-        grouped.setdefault((t.get("rule", "?"), t.get("cpu", {}).get("fingerprint", "?")), []).append(t)
+        grouped.setdefault(pool_key(t), []).append(t)
     return grouped
 
 
@@ -170,7 +255,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1 or not Path(argv[0]).is_file():
         print("usage: python scripts/gate_quality_tally.py LEDGER.jsonl", file=sys.stderr)
         return 2
-    for (rule_hash, _), trials in pools(read(Path(argv[0]))).items():
+    for (rule_hash, _, _), trials in pools(read(Path(argv[0]))).items():
         first = trials[0]
         commits = ", ".join(dict.fromkeys(t.get("commit", "?") for t in trials))
         c = first.get("cpu", {})
@@ -178,7 +263,8 @@ def main(argv: list[str]) -> int:
             f"## rule {rule_hash}: {len(trials)} trials, commits {commits}, "
             f"{first.get('when', '?')[:10]} to {trials[-1].get('when', '?')[:10]}\n"
             f"CPU: {c.get('cpu')} {c.get('cpu_id')}, {c.get('cores')} cores, capability {c.get('cpu_capability')}, "
-            f"ISA {c.get('cpu_isa') or '-'} (fingerprint {c.get('fingerprint')})"
+            f"ISA {c.get('cpu_isa') or '-'} (fingerprint {c.get('fingerprint')})\n"
+            f"setup: {json.dumps(first.get('setup', {}), sort_keys=True)}"
         )
         summarize(trials)
         print()

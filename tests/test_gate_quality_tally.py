@@ -34,11 +34,12 @@ def _trial(kind="A/A", exit=0, rule="r1", cpu=CPU_A, **extra):
     }  # fmt: skip
 
 
-def test_only_one_rule_on_one_cpu_is_pooled(tally):
-    trials = [_trial(), _trial(rule="r2"), _trial(cpu=CPU_B), _trial()]
+def test_only_one_rule_on_one_cpu_with_one_setup_is_pooled(tally):
+    other_setup = {"rounds": 1, "slices": 8, "alpha": 0.01, "versions": {"torch": "2.14.1"}}
+    trials = [_trial(), _trial(rule="r2"), _trial(cpu=CPU_B), _trial(setup=other_setup), _trial()]
     pools = tally.pools(trials)
-    assert sorted(pools) == [("r1", "a"), ("r1", "b"), ("r2", "a")]
-    assert len(pools[("r1", "a")]) == 2
+    assert len(pools) == 4
+    assert len(pools[tally.pool_key(_trial())]) == 2
 
 
 def test_rates_carry_exact_intervals_and_the_cost(tally, capsys):
@@ -54,15 +55,74 @@ def test_rates_carry_exact_intervals_and_the_cost(tally, capsys):
     assert "0 of 20 (0%, 95% Clopper-Pearson [0.0%, 16.8%])" in capsys.readouterr().out
 
 
-def test_an_injected_run_on_fewer_cases_is_checked_against_the_whole_selection(tally, capsys):
-    caught = {"injected_caught": True, "injected_cases": ["m-gate_injected"], "selection": "injected-only"}
-    strong = _trial("slowdown 10%", 1, injected_cases_caught=["m-gate_injected"], latency_judged=4, **caught)
-    strong["injected_p"] = {"m-gate_injected": 1.5e-5}
-    weak = {**strong, "injected_p": {"m-gate_injected": 0.001}}  # x 22 = 0.022: not at the whole set's size
-    tally.summarize([_trial(), strong, weak])
+def _injected(p_first, p_again, metric="latency_ms"):
+    return _trial(
+        "slowdown 10%", 1, selection="injected-only", latency_judged=4, injected_caught=True,
+        injected_cases=["m-gate_injected"], injected_cases_caught=["m-gate_injected"],
+        flagged=[f"m-gate_injected:{metric}"], injected_p={"m-gate_injected": p_first},
+        injected_confirm_p={"m-gate_injected": p_again},
+    )  # fmt: skip
+
+
+def test_an_injected_run_on_fewer_cases_counts_only_if_it_holds_at_the_whole_selections_size(tally, capsys):
+    strong = _injected(1.5e-5, 3.1e-5)
+    weak_first = _injected(0.001, 3.1e-5)  # x 22 = 0.022: Holm over the whole selection could miss it
+    weak_again = _injected(1.5e-5, 0.001)  # so could the confirmation
+    accuracy = _injected(None, None, metric="top1")  # not corrected over cases: holds
+    tally.summarize([_trial(), strong, weak_first, weak_again, accuracy])
     out = capsys.readouterr().out
-    assert "slowdown 10%: detected in 2 of 2" in out
-    assert "in 1 of the 2 that caught it" in out and "times 22" in out
+    assert "caught in 4 of 4, of which 2 hold at the whole selection's correction (22 latency cases" in out
+    assert "detected in 2 of 4 (50%" in out
+    # Without a whole-selection A/A run in the pool there is nothing to check them against.
+    tally.summarize([strong])
+    assert "not counted as detection" in capsys.readouterr().out
+
+
+def test_the_ledger_reads_what_a_gate_json_says(tally):
+    slices = [1.0, 1.1, 1.12, 1.09, 1.11, 1.1, 1.13, 1.08]
+    recorded = {
+        "verdicts": [
+            {"case_id": "m-gate_injected", "metric": "latency_ms", "verdict": "regressed", "p_value": 0.004,
+             "confirmed": True},
+            {"case_id": "m-eager", "metric": "latency_ms", "verdict": "regressed", "p_value": 0.003,
+             "confirmed": False},
+            {"case_id": "m-eager-data", "metric": "latency_ms", "verdict": "not_comparable"},
+            {"case_id": "m-eager", "metric": "top1", "verdict": "unchanged"},
+        ],
+        "ab": {"rounds": 1, "slices": 16, "confirmation": {"paired_ratios": {"m-gate_injected": slices}}},
+    }  # fmt: skip
+    found = tally.outcome(recorded)
+    assert found["latency_judged"] == 2  # the data case's epochs are not judged on pairs
+    assert found["cases_judged"] == 2
+    assert found["flagged"] == ["m-gate_injected:latency_ms"]
+    assert found["unconfirmed"] == ["m-eager:latency_ms"]
+    assert found["injected_p"] == {"m-gate_injected": 0.004}
+    assert 0 < found["injected_confirm_p"]["m-gate_injected"] < 0.01
+
+
+def test_injected_only_selects_the_injected_and_eager_inference_cases(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from gate_quality import INJECTED_ONLY
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    ids = [
+        "resnet18-eager-cpu-bs2", "resnet18-gate_injected-cpu-bs2", "resnet18-channels_last-cpu-bs2",
+        "resnet18-eager-cpu-bs2-training", "resnet18-eager-cpu-bs8-data", "lstm_classifier-eager-cpu-bs32",
+    ]  # fmt: skip
+    (tmp_path / "test_inference.py").write_text(
+        f"import pytest\n@pytest.mark.parametrize('c', {ids!r}, ids={ids!r})\ndef test_inference(c): pass\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-k", INJECTED_ONLY,
+         str(tmp_path)], capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    chosen = sorted(line.split("[")[1].rstrip("]") for line in done.stdout.splitlines() if "::" in line)
+    assert chosen == [
+        "lstm_classifier-eager-cpu-bs32",
+        "resnet18-eager-cpu-bs2",
+        "resnet18-gate_injected-cpu-bs2",
+    ]
 
 
 def _repo(path: Path) -> None:
