@@ -14,6 +14,7 @@ pool with the earlier ones; any other change starts a new pool."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -70,7 +71,12 @@ def setup(rounds: int, slices: int) -> dict:
     versions = {p: metadata.version(p) for p in ("torch", "torchvision", "numpy", "scipy")}
     versions["python"] = sys.version.split()[0]
     alpha = load_gate_config(ROOT / "pyproject.toml").thresholds.alpha
-    return {"rounds": rounds, "slices": slices, "alpha": alpha, "versions": versions}
+    found = {"rounds": rounds, "slices": slices, "alpha": alpha, "versions": versions}
+    # glibc malloc's tunables reach both sessions through the environment and change their noise.
+    tunables = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+    if tunables:
+        found["environment"] = tunables
+    return found
 
 
 def outcome(recorded: dict) -> dict:
