@@ -34,7 +34,7 @@ import gate_quality_tally as tally
 
 ROOT = Path(__file__).resolve().parents[1]
 INJECTED = ROOT / "tests" / "gate_quality" / "gate_injected.py"
-CASE_TECHNIQUE = "gate_injected"
+CASE_TECHNIQUE = tally.CASE_TECHNIQUE
 INJECTED_ONLY = f"{CASE_TECHNIQUE} or (eager and not training and not data)"
 """--injected-only's pytest -k: the injected cases and the eager inference cases beside them."""
 

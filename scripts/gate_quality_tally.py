@@ -1,10 +1,11 @@
 """The gate-quality ledger and its rates: every trial of scripts/gate_quality.py as one JSON line, with
 the commit, the gate's rule and the CPU it ran on, so that counts too long for one sitting (A/A x20,
-10% x20, ...) add up over several, and only trials of the same rule on the same CPU are pooled.
+10% x20, ...) add up over several, and only trials of the same rule, CPU and setup are pooled.
 
     python scripts/gate_quality_tally.py results/gate-quality/ledger.jsonl
 
-prints the rates of each (rule, CPU) pool of the ledger. Measures nothing; asserts nothing.
+prints the rates of each (rule, CPU, setup) pool of the ledger (pool_key). Measures nothing;
+asserts nothing.
 
 The rule is a hash of the committed trees that decide what the gate measures and how it judges
 (RULE_PATHS: all of optbench but its report package, the bench/ and models/ folders, the injected
@@ -137,7 +138,7 @@ def rate(k: int, n: int) -> str:
 
 
 def summarize(trials: list[dict]) -> None:
-    """Print the false-alarm, detection and cost figures of `trials` (one rule, one CPU)."""
+    """Print the false-alarm, detection and cost figures of `trials` (one pool)."""
     valid = [t for t in trials if not t["error"]]
     aa = [t for t in valid if t["kind"] == "A/A"]
     if aa:
