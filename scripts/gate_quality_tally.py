@@ -114,6 +114,8 @@ def outcome(recorded: dict) -> dict:
             for c, r in (confirmation.get("paired_ratios") or {}).items()
             if CASE_TECHNIQUE in c and r
         },
+        # The allocator both sessions ran under (optbench ab --malloc; absent before it existed).
+        "allocator": recorded["ab"].get("allocator"),
         "rounds": recorded["ab"].get("rounds"),
         "slices": recorded["ab"].get("slices"),
     }

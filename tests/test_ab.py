@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from user_repo import user_repo
 
+from optbench.ab.allocator import choose
 from optbench.ab.pooling import pool
 from optbench.ab.schedule import plan
 from optbench.ab.sessions import Server, Side
@@ -325,6 +326,10 @@ def test_identical_code_passes_and_leaves_the_tree_alone(clone, cache, tmp_path)
     # Both sides paused their timing alike: 16 paired slices per case, judged on the pairs.
     assert {len(r) for r in payload["ab"]["paired_ratios"].values()} == {16}
     assert payload["ab"]["slice_rounds"] == 3
+    assert payload["ab"]["allocator"] == choose("fixed", os.environ).record()  # both sessions' malloc
+    for side in ("base", "head"):  # ... which each session's manifest records as run under
+        manifest = json.loads((out / "raw" / side / "runs" / side / "run.json").read_text())
+        assert manifest["environment"].items() >= payload["ab"]["allocator"]["environment"].items()
     assert payload["ab"]["confirmation"] is None and not (out / "confirm").exists()  # nothing flagged
     latency = [v for v in payload["verdicts"] if v["metric"].startswith("latency")]
     assert {v["metric"] for v in latency} == {"latency_ms"}

@@ -89,7 +89,8 @@ def test_the_ledger_reads_what_a_gate_json_says(tally):
             {"case_id": "m-eager-data", "metric": "latency_ms", "verdict": "not_comparable"},
             {"case_id": "m-eager", "metric": "top1", "verdict": "unchanged"},
         ],
-        "ab": {"rounds": 1, "slices": 16, "confirmation": {"paired_ratios": {"m-gate_injected": slices}}},
+        "ab": {"rounds": 1, "slices": 16, "confirmation": {"paired_ratios": {"m-gate_injected": slices}},
+               "allocator": {"mode": "fixed", "environment": {"MALLOC_MMAP_THRESHOLD_": "1073741824"}}},
     }  # fmt: skip
     found = tally.outcome(recorded)
     assert found["latency_judged"] == 2  # the data case's epochs are not judged on pairs
@@ -98,6 +99,7 @@ def test_the_ledger_reads_what_a_gate_json_says(tally):
     assert found["unconfirmed"] == ["m-eager:latency_ms"]
     assert found["injected_p"] == {"m-gate_injected": 0.004}
     assert 0 < found["injected_confirm_p"]["m-gate_injected"] < 0.01
+    assert found["allocator"]["mode"] == "fixed"  # what both sessions' malloc ran with
 
 
 def test_injected_only_selects_the_injected_and_eager_inference_cases(tmp_path):

@@ -4,6 +4,7 @@ whole, balanced), a real 3-way sharded run merged, and merge refusals."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 
@@ -93,11 +94,17 @@ RUN = (
 )  # fmt: skip
 
 
+SHARD_2_PAD = "131072"
+
+
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
     for k in (1, 2, 3):
-        out = run_bench(*RUN, "--shard", f"{k}/3", "--results-dir", str(results), "--run-id", f"part{k}")
+        env = {"MALLOC_TOP_PAD_": SHARD_2_PAD} if k == 2 else None  # shard 2 runs under another allocator
+        out = run_bench(
+            *RUN, "--shard", f"{k}/3", "--results-dir", str(results), "--run-id", f"part{k}", env=env
+        )
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     return results / "runs"
 
@@ -124,6 +131,11 @@ def test_a_sharded_run_merges_into_the_run_it_would_have_been(sharded, tmp_path,
     assert len(bench["benchmarks"]) == len(whole)
     manifest = Manifest.read(out)
     assert manifest.shard is None and len(manifest.merged_from) == 3
+    # Each shard's manifest records its allocator variables; the merged one names each shard's.
+    assert Manifest.read(sharded / "part2").environment["MALLOC_TOP_PAD_"] == SHARD_2_PAD
+    others = os.environ.get("MALLOC_TOP_PAD_", "(unset)")
+    expected = "; ".join(f"shard {k}/3: {SHARD_2_PAD if k == 2 else others}" for k in (1, 2, 3))
+    assert manifest.environment["MALLOC_TOP_PAD_"] == (SHARD_2_PAD if others == SHARD_2_PAD else expected)
 
 
 def test_a_sharded_and_merged_run_reports_as_the_unsharded_run(sharded, tmp_path):

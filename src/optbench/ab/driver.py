@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from optbench.ab import schedule, sessions, worktree
+from optbench.ab import allocator, schedule, sessions, worktree
 from optbench.ab.options import AbOptions, check_options, gate_config, output_folder
 from optbench.ab.outcome import EXIT_INTERRUPTED, AbRun, gate
 from optbench.ab.pooling import paired_slices, pool
@@ -49,7 +49,9 @@ def run_ab(options: AbOptions) -> int:
     try:
         with sessions.signals_interrupt():
             base_cwd = worktree.add_worktree(head.repo, base_sha, base_tree, cwd)
-            env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # no __pycache__ in the user's tree
+            memory = allocator.choose(options.malloc, os.environ)
+            # No __pycache__ in the user's tree; the same allocator for both sessions.
+            env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **memory.added}
             plugin_dir = sessions.copy_plugin(tmp / "plugin")
             base_path, note = worktree.base_imports(base_tree, tmp, env)
             setup = Setup(
@@ -60,13 +62,15 @@ def run_ab(options: AbOptions) -> int:
             print(
                 f"optbench ab: base {options.base} ({base_sha[:12]}) vs head {head.sha[:12]}"
                 f"{' + uncommitted changes' if head.dirty else ''}, {options.rounds} round(s) of "
-                f"{options.slices} timing slices; {note}",
+                f"{options.slices} timing slices; {note}; allocator: {memory.describe()}",
                 file=sys.stderr,
                 flush=True,
             )
             measured = measure(setup, out, None)
             wall_s = time.monotonic() - started
-            run = AbRun(options, measured, out, base_sha, head.sha, head.dirty, note, wall_s)
+            run = AbRun(
+                options, measured, out, base_sha, head.sha, head.dirty, note, wall_s, allocator=memory
+            )
             # Inside the try: a confirmation re-measures in the base worktree, removed below.
             return gate(run, config, lambda items: measure(setup, out / "confirm", items))
     except KeyboardInterrupt:

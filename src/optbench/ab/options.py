@@ -36,6 +36,8 @@ class AbOptions:
     """Seconds one test item may take before its session is declared hung and stopped."""
     start_timeout: float = 900.0
     """Seconds both sessions may take to start and collect."""
+    malloc: str = "fixed"
+    """The allocator both sessions start with (optbench.ab.allocator.MODES)."""
 
 
 def check_pytest_args(args: list[str]) -> list[str]:
@@ -55,6 +57,10 @@ def check_options(options: AbOptions) -> list[str]:
         raise UsageProblem(f"--slices takes a whole number from 1 to 1000, got {options.slices}")
     if not 1 <= options.slice_rounds <= 1000:
         raise UsageProblem(f"--slice-rounds takes a whole number from 1 to 1000, got {options.slice_rounds}")
+    from optbench.ab.allocator import MODES
+
+    if options.malloc not in MODES:
+        raise UsageProblem(f"--malloc takes one of {', '.join(MODES)}, got {options.malloc!r}")
     if not options.confirm_budget >= 0:  # also refuses nan
         raise UsageProblem(f"--confirm-budget takes seconds, 0 or more, got {options.confirm_budget}")
     return check_pytest_args(list(options.pytest_args))

@@ -8,10 +8,11 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optbench.ab.allocator import Allocator
 from optbench.ab.options import AbOptions
 from optbench.ab.pooling import paired_slices, pool, read_manifest, write_rounds, write_run
 from optbench.ab.sessions import Measured, Side, short
@@ -42,6 +43,8 @@ class AbRun:
     wall_s: float
     confirmation: dict[str, Any] | None = None
     """What the confirmation measured again and found (gate.json's ab.confirmation)."""
+    allocator: Allocator = field(default_factory=lambda: Allocator("default"))
+    """What both sessions' allocator ran with (gate.json's ab.allocator)."""
 
     @property
     def sides(self) -> dict[str, Side]:
@@ -128,6 +131,7 @@ def gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
         "confirmation": run.confirmation,
         "code_changed": changed,
         "imports": run.note,
+        "allocator": run.allocator.record(),
     }
     data = json.dumps(payload, indent=2) + "\n"
     for target, content in (
@@ -269,7 +273,7 @@ def markdown(
         f"{rounds} round{'s' if rounds != 1 else ''}, {len(run.common)} test items on both sides, "
         f"interleaved case by case on one machine, each case's timing in {run.options.slices} "
         f"alternating slices; {run.wall_s:.0f} s in all. "
-        f"{run.note[0].upper() + run.note[1:]}.",
+        f"{run.note[0].upper() + run.note[1:]}. Allocator: {run.allocator.describe()}.",
         "",
         *verdicts_markdown(verdicts, base, head).rstrip("\n").split("\n"),
         *_pairs_markdown(ratios, config),

@@ -25,11 +25,13 @@ def ab(args: argparse.Namespace) -> int:
         pytest_args=args.pytest_args,
         step_timeout=args.step_timeout,
         confirm_budget=args.confirm_budget,
+        malloc=args.malloc,
     )
     return run_ab(options)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
+    from optbench.ab.allocator import MODES
     from optbench.ab.options import AbOptions  # its defaults are the options' (no torch)
 
     parser = sub.add_parser(
@@ -81,6 +83,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         default=AbOptions.step_timeout,
         metavar="S",
         help=f"seconds one case may take (default {AbOptions.step_timeout:g})",
+    )
+    parser.add_argument(
+        "--malloc",
+        choices=MODES,
+        default=AbOptions.malloc,
+        help="the allocator both sessions start with: fixed (glibc malloc's mmap and trim thresholds at "
+        "1 GiB, so no session settles into a slow regime of its own; the default) or default (glibc's "
+        "adaptive thresholds). Allocator settings already in the environment are kept either way",
     )
     parser.add_argument(
         "pytest_args", nargs="*", help="after --: pytest arguments for both sides (default: bench/)"

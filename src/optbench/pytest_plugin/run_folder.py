@@ -64,7 +64,7 @@ def _write_manifest(
 ) -> None:
     from dataclasses import asdict
 
-    from optbench.catalog.machine import git_sha, machine_info
+    from optbench.catalog.machine import git_sha, machine_info, speed_environment
     from optbench.matrix.settings import MANIFEST_OPTIONS
     from optbench.results.manifest import Manifest
 
@@ -83,6 +83,7 @@ def _write_manifest(
         shard=str(chosen.shard) if chosen.shard is not None else None,
         machine_fingerprint=info["fingerprint"],
         versions={k: info[k] for k in ("torch", "torchvision", "python")},
+        environment=speed_environment(),
     ).write(run_dir)
 
 

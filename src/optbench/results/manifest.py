@@ -51,6 +51,9 @@ class Manifest:
     """'K/N' when this run is part K of N, else None."""
     machine_fingerprint: str = ""
     versions: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+    """Environment variables that change speed without changing code: glibc malloc's tunables, a
+    preloaded allocator, thread counts (optbench.catalog.machine.speed_environment)."""
     merged_from: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
     """The results format's version (optbench.results.SCHEMA_VERSION) this run was written in."""

@@ -110,10 +110,27 @@ def merge(
         matrix_cases=first.matrix_cases,
         machine_fingerprint=",".join(sorted(fingerprints)),
         versions=first.versions,
+        environment=_environment([m for _, m in shards]),
         merged_from=[f"{m.shard} {f}" for f, m in shards],
     ).write(tmp)
     tmp.rename(out)
     return out / "results.jsonl"
+
+
+def _environment(manifests: list[Manifest]) -> dict[str, str]:
+    """The shards' speed-relevant environment: each variable's value, or every shard's where they
+    differ (a merged run whose shards ran under different allocators says so)."""
+    names = sorted({k for m in manifests for k in m.environment})
+    merged = {}
+    for name in names:
+        values = [m.environment.get(name, "(unset)") for m in manifests]
+        same = len(set(values)) == 1
+        merged[name] = (
+            values[0]
+            if same
+            else "; ".join(f"shard {m.shard}: {v}" for m, v in zip(manifests, values, strict=True))
+        )
+    return merged
 
 
 def _missing(value: object) -> bool:
