@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import select
 import shutil
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from user_repo import user_repo
 
-from optbench.ab.allocator import choose
+from optbench.ab.allocator import user_settings
 from optbench.ab.pooling import pool
 from optbench.ab.schedule import plan
 from optbench.ab.sessions import Server, Side
@@ -326,10 +327,14 @@ def test_identical_code_passes_and_leaves_the_tree_alone(clone, cache, tmp_path)
     # Both sides paused their timing alike: 16 paired slices per case, judged on the pairs.
     assert {len(r) for r in payload["ab"]["paired_ratios"].values()} == {16}
     assert payload["ab"]["slice_rounds"] == 3
-    assert payload["ab"]["allocator"] == choose("fixed", os.environ).record()  # both sessions' malloc
-    for side in ("base", "head"):  # ... which each session's manifest records as run under
-        manifest = json.loads((out / "raw" / side / "runs" / side / "run.json").read_text())
-        assert manifest["environment"].items() >= payload["ab"]["allocator"]["environment"].items()
+    allocator = payload["ab"]["allocator"]
+    if platform.libc_ver()[0] == "glibc" and not user_settings(os.environ):
+        # --malloc fixed, the default: both thresholds, in both sessions' environment
+        assert allocator["mode"] == "fixed"
+        assert set(allocator["environment"]) == {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"}
+        for side in ("base", "head"):  # ... which each session's manifest records as run under
+            manifest = json.loads((out / "raw" / side / "runs" / side / "run.json").read_text())
+            assert manifest["environment"].items() >= allocator["environment"].items()
     assert payload["ab"]["confirmation"] is None and not (out / "confirm").exists()  # nothing flagged
     latency = [v for v in payload["verdicts"] if v["metric"].startswith("latency")]
     assert {v["metric"] for v in latency} == {"latency_ms"}

@@ -94,14 +94,14 @@ RUN = (
 )  # fmt: skip
 
 
-SHARD_2_PAD = "131072"
+SHARD_2_PERTURB = "0"
 
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
     for k in (1, 2, 3):
-        env = {"MALLOC_TOP_PAD_": SHARD_2_PAD} if k == 2 else None  # shard 2 runs under another allocator
+        env = {"MALLOC_PERTURB_": SHARD_2_PERTURB} if k == 2 else None  # 0: no perturbing; only recorded
         out = run_bench(
             *RUN, "--shard", f"{k}/3", "--results-dir", str(results), "--run-id", f"part{k}", env=env
         )
@@ -132,10 +132,12 @@ def test_a_sharded_run_merges_into_the_run_it_would_have_been(sharded, tmp_path,
     manifest = Manifest.read(out)
     assert manifest.shard is None and len(manifest.merged_from) == 3
     # Each shard's manifest records its allocator variables; the merged one names each shard's.
-    assert Manifest.read(sharded / "part2").environment["MALLOC_TOP_PAD_"] == SHARD_2_PAD
-    others = os.environ.get("MALLOC_TOP_PAD_", "(unset)")
-    expected = "; ".join(f"shard {k}/3: {SHARD_2_PAD if k == 2 else others}" for k in (1, 2, 3))
-    assert manifest.environment["MALLOC_TOP_PAD_"] == (SHARD_2_PAD if others == SHARD_2_PAD else expected)
+    assert Manifest.read(sharded / "part2").environment["MALLOC_PERTURB_"] == SHARD_2_PERTURB
+    others = os.environ.get("MALLOC_PERTURB_", "(unset)")
+    expected = "; ".join(f"shard {k}/3: {SHARD_2_PERTURB if k == 2 else others}" for k in (1, 2, 3))
+    assert manifest.environment["MALLOC_PERTURB_"] == (
+        SHARD_2_PERTURB if others == SHARD_2_PERTURB else expected
+    )
 
 
 def test_a_sharded_and_merged_run_reports_as_the_unsharded_run(sharded, tmp_path):

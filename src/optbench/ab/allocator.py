@@ -18,15 +18,38 @@ from dataclasses import dataclass, field
 
 FIXED_BYTES = 1 << 30
 """Both thresholds, 1 GiB: above any buffer of the project's models, so none is mapped per step."""
-FIXED = {"MALLOC_MMAP_THRESHOLD_": str(FIXED_BYTES), "MALLOC_TRIM_THRESHOLD_": str(FIXED_BYTES)}
+OLD_GLIBC_BYTES = 1 << 25
+"""Before glibc 2.35 a larger mmap threshold than 32 MiB (half its heap size) is ignored silently,
+and the trim threshold alone would pin the mmap threshold at 128 KiB: there both are 32 MiB."""
+NAMES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 """glibc's environment names for the two tunables (read once, when a process starts)."""
 MODES = ("fixed", "default")
-"""--malloc: `fixed` sets FIXED in both sessions; `default` leaves glibc's adaptive thresholds."""
+"""--malloc: `fixed` sets both thresholds in both sessions; `default` leaves glibc's adaptive ones."""
+PRELOADED = ("jemalloc", "tcmalloc", "mimalloc", "hoard", "tbbmalloc")
+"""Allocators that replace glibc's malloc when preloaded (LD_PRELOAD): glibc's settings do nothing."""
+
+
+def fixed_bytes(version: str) -> int:
+    """The threshold for glibc `version` ('2.36'): FIXED_BYTES from 2.35, OLD_GLIBC_BYTES before."""
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return OLD_GLIBC_BYTES  # unknown: the value every glibc accepts
+    return FIXED_BYTES if (major, minor) >= (2, 35) else OLD_GLIBC_BYTES
 
 
 def user_settings(environ: Mapping[str, str]) -> dict[str, str]:
-    """The allocator settings already in the environment (MALLOC_* and GLIBC_TUNABLES)."""
-    return {k: v for k, v in sorted(environ.items()) if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"}
+    """The allocator settings already in the environment (MALLOC_*, GLIBC_TUNABLES, LD_PRELOAD)."""
+    return {
+        k: v
+        for k, v in sorted(environ.items())
+        if k.startswith("MALLOC_") or k in ("GLIBC_TUNABLES", "LD_PRELOAD")
+    }
+
+
+def _size(value: str) -> str:
+    number = int(value)
+    return f"{number >> 30} GiB" if number >= 1 << 30 else f"{number >> 20} MiB"
 
 
 @dataclass(frozen=True)
@@ -34,18 +57,22 @@ class Allocator:
     """What both sessions run under, for their environment, gate.json and the run's first line."""
 
     mode: str
-    """`fixed`, `default`, `user` (the caller's own settings kept) or `not glibc` (nothing to set)."""
+    """`fixed`, `default`, `user` (the caller's own thresholds kept), `preloaded` (another allocator
+    replaces glibc's) or `not glibc` (nothing to set)."""
     added: dict[str, str] = field(default_factory=dict)
     """Variables optbench adds to both sessions' environment."""
     environment: dict[str, str] = field(default_factory=dict)
     """Every allocator variable both sessions see: the caller's and the added."""
 
     def describe(self) -> str:
+        shown = ", ".join(f"{k}={v}" for k, v in self.environment.items())
         if self.mode == "fixed":
-            return "glibc malloc's mmap and trim thresholds fixed at 1 GiB in both sessions"
+            size = _size(self.added[NAMES[0]])
+            return f"glibc malloc's mmap and trim thresholds fixed at {size} in both sessions"
         if self.mode == "user":
-            shown = ", ".join(f"{k}={v}" for k, v in self.environment.items())
             return f"the allocator settings in your environment, in both sessions ({shown})"
+        if self.mode == "preloaded":
+            return f"a preloaded allocator, in both sessions ({shown})"
         if self.mode == "not glibc":
             return "the C library is not glibc: its allocator runs with its own settings"
         return "glibc malloc's own adaptive thresholds (--malloc default)"
@@ -57,18 +84,23 @@ class Allocator:
 
 def _sets_thresholds(environ: Mapping[str, str]) -> bool:
     tunables = environ.get("GLIBC_TUNABLES", "")
-    return any(k in environ for k in FIXED) or "mmap_threshold" in tunables or "trim_threshold" in tunables
+    return any(k in environ for k in NAMES) or "mmap_threshold" in tunables or "trim_threshold" in tunables
 
 
-def choose(mode: str, environ: Mapping[str, str], libc: str | None = None) -> Allocator:
-    """The settings for `--malloc mode`. Thresholds the caller already set are kept as they are: they
-    are a choice, and overriding half of them would make a setting nobody asked for."""
-    libc = platform.libc_ver()[0] if libc is None else libc
+def choose(mode: str, environ: Mapping[str, str], libc: tuple[str, str] | None = None) -> Allocator:
+    """The settings for `--malloc mode`, given the C library (name, version; default this one's).
+    What the caller already chose is kept as it is: their thresholds (overriding half of them would
+    make a setting nobody asked for) or a preloaded allocator (glibc's settings would not apply)."""
+    name, version = platform.libc_ver() if libc is None else libc
     own = user_settings(environ)
+    if name != "glibc":
+        return Allocator("not glibc", {}, own)
+    if any(p in environ.get("LD_PRELOAD", "") for p in PRELOADED):
+        return Allocator("preloaded", {}, own)
     if _sets_thresholds(environ):
         return Allocator("user", {}, own)
     if mode == "default":
         return Allocator("default", {}, own)
-    if libc != "glibc":
-        return Allocator("not glibc", {}, own)
-    return Allocator("fixed", dict(FIXED), {**own, **FIXED})
+    size = str(fixed_bytes(version))
+    added = dict.fromkeys(NAMES, size)
+    return Allocator("fixed", added, {**own, **added})

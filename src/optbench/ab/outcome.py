@@ -44,7 +44,8 @@ class AbRun:
     confirmation: dict[str, Any] | None = None
     """What the confirmation measured again and found (gate.json's ab.confirmation)."""
     allocator: Allocator = field(default_factory=lambda: Allocator("default"))
-    """What both sessions' allocator ran with (gate.json's ab.allocator)."""
+    """What both sessions' allocator ran with (gate.json's ab.allocator); the driver sets it, and a
+    run built without the driver started no session with settings of ours."""
 
     @property
     def sides(self) -> dict[str, Side]:
