@@ -73,8 +73,11 @@ def setup(rounds: int, slices: int) -> dict:
     versions["python"] = sys.version.split()[0]
     alpha = load_gate_config(ROOT / "pyproject.toml").thresholds.alpha
     found = {"rounds": rounds, "slices": slices, "alpha": alpha, "versions": versions}
-    # glibc malloc's tunables reach both sessions through the environment and change their noise.
-    tunables = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+    from optbench.ab.allocator import user_settings
+
+    # Allocator settings reach both sessions through the environment and change their noise: the
+    # same filter `optbench ab` reads them with.
+    tunables = user_settings(os.environ)
     if tunables:
         found["environment"] = tunables
     return found
