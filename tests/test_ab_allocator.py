@@ -13,6 +13,7 @@ import pytest
 from optbench.ab.allocator import FIXED_BYTES, NAMES, OLD_GLIBC_BYTES, choose, fixed_bytes, user_settings
 from optbench.ab.options import AbOptions, check_options
 from optbench.errors import UsageProblem
+from optbench.matrix.checks import check_malloc
 
 GLIBC = ("glibc", "2.36")
 
@@ -59,14 +60,14 @@ def test_other_malloc_variables_are_recorded_beside_ours():
 
 
 def test_default_and_other_c_libraries_add_nothing():
-    assert choose("default", {}, libc=GLIBC).added == {}
-    assert "adaptive" in choose("default", {}, libc=GLIBC).describe()
+    assert choose("inherit", {}, libc=GLIBC).added == {}
+    assert "adaptive" in choose("inherit", {}, libc=GLIBC).describe()
     other = choose("fixed", {"MALLOC_ARENA_MAX": "2"}, libc=("", ""))
     assert other.mode == "not glibc" and other.added == {} and "not glibc" in other.describe()
 
 
 def test_an_unknown_mode_is_one_line():
-    with pytest.raises(UsageProblem, match="--malloc takes one of fixed, default, got 'jemalloc'"):
+    with pytest.raises(UsageProblem, match="--malloc takes one of fixed, inherit, got 'jemalloc'"):
         check_options(AbOptions(base="HEAD", malloc="jemalloc"))
 
 
@@ -104,3 +105,30 @@ def test_under_the_fixed_thresholds_a_freed_large_buffer_is_reused_not_faulted_i
     # 20 buffers faulted in against one, then reused; a ratio, so huge pages (fewer, larger faults)
     # change nothing.
     assert pinned > 0 and fixed * 5 <= pinned, (pinned, fixed)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")
+def test_pytest_bench_malloc_fixed_fixes_them_in_its_own_process():
+    """`--malloc fixed` (optbench.catalog.allocator.fix_thresholds, called before any model is built)
+    has the same effect in-process as ab's environment has at start-up."""
+    clean = {k: v for k, v in os.environ.items() if k not in user_settings(os.environ)}
+    low = {"MALLOC_TRIM_THRESHOLD_": str(128 << 10), "MALLOC_MMAP_THRESHOLD_": str(128 << 10)}
+    fix = "from optbench.catalog.allocator import fix_thresholds; fix_thresholds()\n"
+
+    def faults(code: str) -> int:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env={**clean, **low}, capture_output=True, text=True, check=True
+        )
+        return int(done.stdout)
+
+    pinned, fixed = faults(FAULTS), faults(fix + FAULTS)  # the same low start, then fixed or not
+    assert pinned > 0 and fixed * 5 <= pinned, (pinned, fixed)
+
+
+def test_malloc_fixed_is_refused_in_one_line_where_it_cannot_apply(monkeypatch):
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    with pytest.raises(
+        UsageProblem, match=r"^--malloc fixed cannot be applied here: LD_PRELOAD=.*libjemalloc"
+    ):
+        check_malloc("--malloc", "fixed")
+    check_malloc("--malloc", "inherit")  # inheriting is always possible

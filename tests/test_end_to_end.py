@@ -34,6 +34,10 @@ def collected_ids(*args: str, test: str = "inference") -> list[str]:
         (["--models", "nope*"], "ERROR: no model matches 'nope*'; valid models: "),
         (["--techniques", "tag:nope"], "ERROR: no technique matches 'tag:nope'; valid techniques: "),
         (["--profile", "huge"], "ERROR: unknown profile 'huge'; valid profiles: smoke, default, full"),
+        (
+            ["--malloc", "jemalloc"],
+            "ERROR: unknown malloc mode 'jemalloc'; valid malloc modes: inherit, fixed",
+        ),
         (["--batch-sizes", "0"], "ERROR: --batch-sizes takes positive whole numbers"),
         (["--weights", "best"], "ERROR: unknown weights 'best'; valid weights: random, trained, pretrained"),
         (["--data-dir", "/no/such/dir"], "ERROR: --data-dir /no/such/dir does not exist"),
@@ -213,6 +217,8 @@ def smoke_run(tmp_path_factory):
         str(results),
         "--run-id",
         "smoke",
+        "--malloc",  # fixed thresholds: the smoke run's rows are checked under them too
+        "fixed",
     )
     out = run_bench(*args, cache=cache)
     return out, results, cache, args
@@ -279,6 +285,8 @@ def test_smoke_profile_writes_one_sane_row_per_case(smoke_run):
     frame = everything[everything["mode"] == "inference"]
     assert set(frame["case_id"]) == SMOKE_IDS and len(frame) == len(SMOKE_IDS)
     assert set(frame["run_id"]) == {"smoke"}
+    run = json.loads((results / "runs" / "smoke" / "run.json").read_text())
+    assert run["config"]["malloc"] == "fixed"  # which allocator thresholds its rows were timed under
 
     passed = frame[frame["status"] == "passed"]
     skipped = frame[frame["status"] == "skipped"]

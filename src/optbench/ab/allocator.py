@@ -16,26 +16,16 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-FIXED_BYTES = 1 << 30
-"""Both thresholds, 1 GiB: above any buffer of the project's models, so none is mapped per step."""
-OLD_GLIBC_BYTES = 1 << 25
-"""Before glibc 2.35 a larger mmap threshold than 32 MiB (half its heap size) is ignored silently,
-and the trim threshold alone would pin the mmap threshold at 128 KiB: there both are 32 MiB."""
-NAMES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
-"""glibc's environment names for the two tunables (read once, when a process starts)."""
-MODES = ("fixed", "default")
-"""--malloc: `fixed` sets both thresholds in both sessions; `default` leaves glibc's adaptive ones."""
-PRELOADED = ("jemalloc", "tcmalloc", "mimalloc", "hoard", "tbbmalloc")
-"""Allocators that replace glibc's malloc when preloaded (LD_PRELOAD): glibc's settings do nothing."""
+from optbench.catalog.allocator import FIXED_BYTES, NAMES, OLD_GLIBC_BYTES, PRELOADED, fixed_bytes
 
+__all__ = [
+    "FIXED_BYTES", "MODES", "NAMES", "OLD_GLIBC_BYTES", "PRELOADED", "Allocator", "choose", "fixed_bytes",
+    "user_settings",
+]  # fmt: skip
+"""The thresholds and their glibc rules are the catalog's (pytest bench/ --malloc fixes them too)."""
 
-def fixed_bytes(version: str) -> int:
-    """The threshold for glibc `version` ('2.36'): FIXED_BYTES from 2.35, OLD_GLIBC_BYTES before."""
-    try:
-        major, minor = (int(part) for part in version.split(".")[:2])
-    except ValueError:
-        return OLD_GLIBC_BYTES  # unknown: the value every glibc accepts
-    return FIXED_BYTES if (major, minor) >= (2, 35) else OLD_GLIBC_BYTES
+MODES = ("fixed", "inherit")
+"""--malloc: `fixed` sets both thresholds in both sessions; `inherit` leaves glibc's adaptive ones."""
 
 
 def user_settings(environ: Mapping[str, str]) -> dict[str, str]:
@@ -57,7 +47,7 @@ class Allocator:
     """What both sessions run under, for their environment, gate.json and the run's first line."""
 
     mode: str
-    """`fixed`, `default`, `user` (the caller's own thresholds kept), `preloaded` (another allocator
+    """`fixed`, `inherit`, `user` (the caller's own thresholds kept), `preloaded` (another allocator
     replaces glibc's) or `not glibc` (nothing to set)."""
     added: dict[str, str] = field(default_factory=dict)
     """Variables optbench adds to both sessions' environment."""
@@ -75,7 +65,7 @@ class Allocator:
             return f"a preloaded allocator, in both sessions ({shown})"
         if self.mode == "not glibc":
             return "the C library is not glibc: its allocator runs with its own settings"
-        return "glibc malloc's own adaptive thresholds (--malloc default)"
+        return "glibc malloc's own adaptive thresholds (--malloc inherit)"
 
     def record(self) -> dict[str, object]:
         """gate.json's ab.allocator."""
@@ -99,8 +89,8 @@ def choose(mode: str, environ: Mapping[str, str], libc: tuple[str, str] | None =
         return Allocator("preloaded", {}, own)
     if _sets_thresholds(environ):
         return Allocator("user", {}, own)
-    if mode == "default":
-        return Allocator("default", {}, own)
+    if mode == "inherit":
+        return Allocator("inherit", {}, own)
     size = str(fixed_bytes(version))
     added = dict.fromkeys(NAMES, size)
     return Allocator("fixed", added, {**own, **added})

@@ -43,7 +43,7 @@ class AbRun:
     wall_s: float
     confirmation: dict[str, Any] | None = None
     """What the confirmation measured again and found (gate.json's ab.confirmation)."""
-    allocator: Allocator = field(default_factory=lambda: Allocator("default"))
+    allocator: Allocator = field(default_factory=lambda: Allocator("inherit"))
     """What both sessions' allocator ran with (gate.json's ab.allocator); the driver sets it, and a
     run built without the driver started no session with settings of ours."""
 

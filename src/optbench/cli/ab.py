@@ -89,8 +89,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         choices=MODES,
         default=AbOptions.malloc,
         help="the allocator both sessions start with: fixed (glibc malloc's mmap and trim thresholds at "
-        "1 GiB, so no session settles into a slow regime of its own; the default) or default (glibc's "
-        "adaptive thresholds). Allocator settings already in the environment are kept either way",
+        "1 GiB, 32 MiB before glibc 2.35, so no session settles into a slow regime of its own; the "
+        "default) or inherit (as this process has it: glibc's adaptive thresholds unless set). "
+        "Thresholds already in the environment and a preloaded allocator are kept either way",
     )
     parser.add_argument(
         "pytest_args", nargs="*", help="after --: pytest arguments for both sides (default: bench/)"

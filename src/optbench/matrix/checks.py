@@ -78,6 +78,16 @@ def check_run_id(flag: str, value: str) -> None:
         )
 
 
+def check_malloc(flag: str, value: str) -> None:
+    """`fixed` needs glibc's own malloc (the choice itself is checked against the option's choices)."""
+    if value == "fixed":
+        from optbench.catalog.allocator import unavailable
+
+        reason = unavailable()
+        if reason:
+            raise UsageProblem(f"{flag} fixed cannot be applied here: {reason}")
+
+
 def check_shard(flag: str, value: str) -> None:
     from optbench.matrix.shard import parse_shard
 

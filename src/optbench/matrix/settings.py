@@ -23,6 +23,7 @@ from optbench.matrix.checks import (
     check_earlier_run,
     check_folders,
     check_jpeg_folder,
+    check_malloc,
     check_run_id,
     check_shard,
     check_timing_shape,
@@ -145,6 +146,20 @@ SETTINGS: tuple[Setting, ...] = (
         "instead of warning and going on",
         "timing",
         default=False,
+    ),
+    Setting(
+        "malloc",
+        "str",
+        "glibc malloc's thresholds for this run: inherit (as the process started: glibc's adaptive ones "
+        "unless MALLOC_* variables or a preloaded allocator say otherwise) or fixed (mmap and trim "
+        "thresholds fixed before any model is built, so the process cannot settle into a slow regime of "
+        "its own; docs/harness-honesty.md). run.json records it and the allocator variables",
+        "timing",
+        default="inherit",
+        choices=("inherit", "fixed"),
+        noun="malloc mode",
+        check=check_malloc,
+        in_manifest=True,
     ),
     Setting(
         "target_precision",

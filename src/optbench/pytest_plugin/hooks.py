@@ -198,6 +198,13 @@ def pytest_collection_modifyitems(
 
     capture = config.pluginmanager.getplugin("capturemanager")
     option = option_values(config, profile)  # the profile's own where an option was left unset
+    if option["malloc"] == "fixed":  # before any model is built (checked in pytest_configure)
+        from optbench.catalog.allocator import fix_thresholds
+
+        try:
+            fix_thresholds()
+        except RuntimeError as error:
+            raise pytest.UsageError(f"--malloc fixed: {error}") from None
     state["run"] = RunState(
         run_id=run_id,
         writer=writer,

@@ -1,0 +1,72 @@
+"""glibc malloc's thresholds: the values optbench fixes, and fixing them in this process. No torch.
+
+glibc serves a buffer above its mmap threshold with mmap, and moves that threshold as the process
+frees such buffers. A training step frees and reallocates many multi-megabyte buffers, so a process
+settles into a fast regime (buffers reused from the heap) or a slow one (mapped and faulted in anew at
+every step), by its history alone: up to 25% of the LSTM's training step between two processes of
+identical code (docs/harness-honesty.md, "glibc's allocator"). Fixing both thresholds takes the
+choice away. `optbench ab` does it through both sessions' environment; `pytest bench/ --malloc fixed`
+does it in its own process, before any model is built.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+FIXED_BYTES = 1 << 30
+"""Both thresholds, 1 GiB: above any buffer of the project's models, so none is mapped per step."""
+OLD_GLIBC_BYTES = 1 << 25
+"""Before glibc 2.35 a larger mmap threshold than 32 MiB (half its heap size) is ignored silently,
+and the trim threshold alone would pin the mmap threshold at 128 KiB: there both are 32 MiB."""
+NAMES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+"""glibc's environment names for the two tunables (read once, when a process starts)."""
+PRELOADED = ("jemalloc", "tcmalloc", "mimalloc", "hoard", "tbbmalloc")
+"""Allocators that replace glibc's malloc when preloaded (LD_PRELOAD): glibc's settings do nothing."""
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+"""mallopt's parameter numbers (glibc's malloc.h)."""
+
+
+def fixed_bytes(version: str) -> int:
+    """The threshold for glibc `version` ('2.36'): FIXED_BYTES from 2.35, OLD_GLIBC_BYTES before."""
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return OLD_GLIBC_BYTES  # unknown: the value every glibc accepts
+    return FIXED_BYTES if (major, minor) >= (2, 35) else OLD_GLIBC_BYTES
+
+
+def preloaded(environ: dict[str, str] | os._Environ[str]) -> str | None:
+    """The allocator LD_PRELOAD puts in glibc's place, or None."""
+    preload = environ.get("LD_PRELOAD", "")
+    return preload if any(name in preload for name in PRELOADED) else None
+
+
+def unavailable() -> str | None:
+    """Why this process's thresholds cannot be fixed, in words, or None when they can."""
+    name = platform.libc_ver()[0]
+    if name != "glibc":
+        return f"the C library is {name or 'not glibc'}, and the thresholds are glibc malloc's"
+    other = preloaded(os.environ)
+    if other:
+        return f"LD_PRELOAD={other} replaces glibc's malloc, so its thresholds do nothing"
+    return None
+
+
+def fix_thresholds() -> int:
+    """Fix both thresholds in this process (mallopt) and return the bytes; raises RuntimeError, with
+    the reason in words, where that cannot be done (unavailable(), or a mallopt that refuses).
+    Buffers allocated from now on follow the fixed thresholds."""
+    reason = unavailable()
+    if reason:
+        raise RuntimeError(reason)
+    version = platform.libc_ver()[1]
+    size = fixed_bytes(version)
+    libc = ctypes.CDLL(None)
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.mallopt.restype = ctypes.c_int
+    for option in (_M_MMAP_THRESHOLD, _M_TRIM_THRESHOLD):
+        if libc.mallopt(option, size) != 1:
+            raise RuntimeError(f"glibc {version} refused mallopt({option}, {size})")
+    return size
