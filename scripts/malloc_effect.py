@@ -1,6 +1,6 @@
 """How much of a CPU step's time, and of its session-to-session spread, is glibc malloc's? Each case
 runs in fresh processes (one per seed), once with glibc's defaults and once with M_MMAP_THRESHOLD and
-M_TRIM_THRESHOLD raised at start-up (mallopt through ctypes), so that large buffers are reused instead
+M_TRIM_THRESHOLD raised at start-up (optbench.catalog.allocator.fix_thresholds: 1 GiB from glibc 2.35), so that large buffers are reused instead
 of being mapped and faulted in anew at every step, which is what jemalloc and tcmalloc do by default.
 The two modes alternate process by process. Prints each process's block medians; asserts nothing.
 
@@ -23,7 +23,6 @@ CASES = ("lstm_train", "lstm_int8", "r18_train", "r18_infer")
 
 
 def child(mode: str, case: str, seed: int) -> None:
-    import ctypes
     import time
     import warnings
 
@@ -32,11 +31,13 @@ def child(mode: str, case: str, seed: int) -> None:
 
     warnings.filterwarnings("ignore")
     if mode == "tuned":
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
-        for option in (m_mmap_threshold, m_trim_threshold):
-            if libc.mallopt(option, 1 << 30) != 1:
-                raise SystemExit(f"mallopt({option}) refused")
+        # The thresholds `pytest bench/ --malloc fixed` and `optbench ab` use.
+        from optbench.catalog.allocator import fix_thresholds
+
+        try:
+            fix_thresholds()
+        except RuntimeError as refused:
+            raise SystemExit(str(refused)) from None
     sys.path.insert(0, str(ROOT / "models"))
     from lstm_classifier import LSTMClassifier
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from optbench.catalog.allocator import FIXED_BYTES, NAMES, OLD_GLIBC_BYTES, PRELOADED, fixed_bytes
+from optbench.catalog.allocator import settings as user_settings
 
 __all__ = [
     "FIXED_BYTES", "MODES", "NAMES", "OLD_GLIBC_BYTES", "PRELOADED", "Allocator", "choose", "fixed_bytes",
@@ -26,15 +27,6 @@ __all__ = [
 
 MODES = ("fixed", "inherit")
 """--malloc: `fixed` sets both thresholds in both sessions; `inherit` leaves glibc's adaptive ones."""
-
-
-def user_settings(environ: Mapping[str, str]) -> dict[str, str]:
-    """The allocator settings already in the environment (MALLOC_*, GLIBC_TUNABLES, LD_PRELOAD)."""
-    return {
-        k: v
-        for k, v in sorted(environ.items())
-        if k.startswith("MALLOC_") or k in ("GLIBC_TUNABLES", "LD_PRELOAD")
-    }
 
 
 def _size(value: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+from collections.abc import Mapping
 
 FIXED_BYTES = 1 << 30
 """Both thresholds, 1 GiB: above any buffer of the project's models, so none is mapped per step."""
@@ -28,6 +29,16 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 """mallopt's parameter numbers (glibc's malloc.h)."""
 
 
+def settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allocator settings in `environ`: every MALLOC_*, GLIBC_TUNABLES and LD_PRELOAD. The one
+    filter behind `optbench ab`'s sessions, the gate's ledger and every run's recorded environment."""
+    return {
+        k: v
+        for k, v in sorted(environ.items())
+        if k.startswith("MALLOC_") or k in ("GLIBC_TUNABLES", "LD_PRELOAD")
+    }
+
+
 def fixed_bytes(version: str) -> int:
     """The threshold for glibc `version` ('2.36'): FIXED_BYTES from 2.35, OLD_GLIBC_BYTES before."""
     try:
@@ -37,7 +48,7 @@ def fixed_bytes(version: str) -> int:
     return FIXED_BYTES if (major, minor) >= (2, 35) else OLD_GLIBC_BYTES
 
 
-def preloaded(environ: dict[str, str] | os._Environ[str]) -> str | None:
+def preloaded(environ: Mapping[str, str]) -> str | None:
     """The allocator LD_PRELOAD puts in glibc's place, or None."""
     preload = environ.get("LD_PRELOAD", "")
     return preload if any(name in preload for name in PRELOADED) else None

@@ -107,15 +107,18 @@ FINGERPRINTED = (
 kernels (AVX2 against AVX-512), so their ceilings, checkpoints and absolute latencies differ."""
 
 
-SPEED_VARIABLES = ("LD_PRELOAD", "GLIBC_TUNABLES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "KMP_AFFINITY")
-"""Environment variables that change speed without changing code (with every MALLOC_*): a preloaded
-allocator, glibc's malloc tunables, thread counts. `optbench ab` sets malloc thresholds this way."""
+SPEED_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KMP_AFFINITY")
+"""Environment variables that change speed without changing code, besides the allocator's
+(catalog.allocator.settings: MALLOC_*, GLIBC_TUNABLES, LD_PRELOAD): thread counts."""
 
 
 def speed_environment() -> dict[str, str]:
-    """The SPEED_VARIABLES and MALLOC_* variables this process runs with (the run manifest's
+    """The allocator's settings and the SPEED_VARIABLES this process runs with (the run manifest's
     `environment`): a run with its allocator tuned is not comparable with one without."""
-    return {k: v for k, v in sorted(os.environ.items()) if k in SPEED_VARIABLES or k.startswith("MALLOC_")}
+    from optbench.catalog.allocator import settings
+
+    threads = {k: v for k, v in os.environ.items() if k in SPEED_VARIABLES}
+    return dict(sorted({**settings(os.environ), **threads}.items()))
 
 
 def fingerprint(info: dict[str, str]) -> str:
