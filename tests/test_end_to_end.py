@@ -353,8 +353,11 @@ def test_second_run_loads_the_cached_checkpoints(smoke_run, tmp_path):
     first = load(results / "runs" / "smoke").set_index("case_id")
     for _, row in frame[frame["mode"] == "inference"].iterrows():  # same weights, same predictions
         assert row["top1"] == first.loc[row["case_id"], "top1"]
+        # ... read back: the same code, weights, technique and machine evaluated them in the first run
+        assert row["eval_cached"] == True and first.loc[row["case_id"], "eval_cached"] == False  # noqa: E712
     for _, row in frame[frame["mode"] == "training"].iterrows():  # seeded: the same short training
         assert row["converge_top1"] == first.loc[row["case_id"], "converge_top1"]
+        assert row["converge_cached"] == True  # noqa: E712
 
 
 def test_smoke_run_prints_the_table_and_writes_pytest_benchmark_json(smoke_run):
@@ -596,6 +599,11 @@ def test_a_users_repository_benchmarks_its_own_models_not_the_zoo(tmp_path):
         "lstm_classifier",
     }
     assert {case.split("-", 1)[0] for case in ids("--models", "pkg_net,resnet18")} == {"pkg_net", "resnet18"}
+    # The default profile takes one zoo model of each kind (resnet50 and EfficientNet are full's),
+    # and the user's own model whatever the profile.
+    assert {case.rsplit("-", 3)[0].split("-", 1)[0] for case in ids("--zoo")} == {
+        "pkg_net", "resnet18", "mobilenet_v3_large", "vit_b_16", "bert_base_encoder", "lstm_classifier"
+    }  # fmt: skip
 
     # An installed package registers a model and a technique through the optbench.plugins entry points.
     site = tmp_path / "site"

@@ -116,6 +116,49 @@ def test_the_gate_profile_is_every_family_in_each_mode_on_smokes_models(registri
     assert "channels_last+fp16_autocast" in on_cuda and "channels_last+bf16_autocast" not in on_cuda
 
 
+def test_the_default_profile_keeps_every_family_in_each_mode_on_one_model_of_each_kind(registries):
+    from optbench.catalog.techniques import default_techniques
+    from optbench.matrix.profiles import PROFILES
+
+    default = PROFILES["default"]
+    assert default.zoo == (
+        "lstm_classifier",
+        "bert_base_encoder",
+        "resnet18",
+        "mobilenet_v3_large",
+        "vit_b_16",
+    )
+    select = _select(models=list(default.zoo), techniques=None, profile="default")
+    cases = {mode: build_matrix(select, mode) for mode in ("inference", "training", "data")}
+    run = {mode: [c for c in found if c.skip_reason is None] for mode, found in cases.items()}
+    families = {f for c in run["inference"] for f in c.families}
+    assert families == {"baseline", "layout", "precision", "compile", "quantization", "pruning"}
+    assert {c.technique for c in run["training"] if c.model == "resnet18"} == {
+        "eager", "bf16_autocast", "activation_checkpoint", "grad_accum_2"
+    }  # fmt: skip
+    assert {f for c in run["data"] for f in c.families} == {"baseline", "data"}
+    by_model = {m: {c.technique for c in run["inference"] if c.model == m} for m in default.zoo}
+    # A stack of the profile's own (not one of the devices' default stacks) runs where its parts apply.
+    assert {"prune_l1_50+int8_dynamic", "prune_l1_50+linear_csr", "torchao_int8_dynamic"} <= by_model[
+        "lstm_classifier"
+    ]
+    assert {"prune_channels_30+int8_static_fx", "channels_last+bf16_autocast+compile"} <= by_model["resnet18"]
+    assert "channels_last+fp16_autocast+compile" not in {c.technique for c in cases["inference"]}
+    on_cuda = {c.technique for c in build_matrix(replace(select, devices=["cuda"]), "inference")}
+    assert {"channels_last+fp16_autocast+compile", "sparse_2to4"} <= on_cuda
+    assert "channels_last+bf16_autocast+compile" not in on_cuda
+    # Every technique the default profile names is one `full` runs, or a stack of them.
+    every = set(default_techniques("cpu")) | set(default_techniques("cuda"))
+    named = {part for t in default.techniques["inference"] for part in t.split("+")}
+    assert named <= every
+    # Each zoo model at its default batch size; the profile's own timing.
+    assert {(c.model, c.batch_size) for c in cases["inference"]} == {
+        ("lstm_classifier", 32), ("bert_base_encoder", 2), ("resnet18", 8), ("mobilenet_v3_large", 8),
+        ("vit_b_16", 2),
+    }  # fmt: skip
+    assert len(run["inference"]) < 60 and PROFILES["full"].techniques is None
+
+
 # The table of options (optbench.matrix.settings): each option declared once, and every place that
 # needs it made from that declaration.
 

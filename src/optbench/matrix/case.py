@@ -8,6 +8,7 @@ from typing import Any
 from optbench.catalog.devices import unavailable_reason
 from optbench.catalog.models import IMAGE, MODELS, ModelSpec
 from optbench.catalog.techniques import Stack, Technique, default_techniques, resolve
+from optbench.catalog.techniques.stack import profile_techniques
 from optbench.matrix.profiles import get_profile
 
 BASELINE = "eager"
@@ -95,10 +96,12 @@ def build_matrix(selection: Selection, mode: str) -> list[Case]:
     def techniques_on(device: str) -> list[str]:
         chosen = selection.techniques
         if chosen is None:
-            every = default_techniques(device, mode)
-            # A profile's own list (the gate's) keeps what has this mode and, for stacks, this device.
+            # A profile's own list (the default's, the gate's) keeps what has this mode and, for a
+            # device's default stacks, this device.
             own = None if profile.techniques is None else profile.techniques.get(mode, ())
-            chosen = every if own is None else [t for t in own if t in every]
+            chosen = (
+                default_techniques(device, mode) if own is None else profile_techniques(own, device, mode)
+            )
         return [t for t in chosen if t == BASELINE] + [t for t in chosen if t != BASELINE]
 
     from optbench.catalog.weights import WeightsProvider

@@ -208,6 +208,17 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="N",
     ),
     Setting(
+        "fresh_evaluations",
+        "bool",
+        "evaluate every case and redo every short training, instead of reusing the results an earlier "
+        "run left in the cache folder with the same code, weights, technique, inputs and machine. "
+        "Reuse is also off for a gated run (--optbench-compare) and in optbench ab's sessions. Turn it "
+        "on after changing a file your model or technique reads that is not its own source",
+        "weights and accuracy",
+        default=False,
+        in_manifest=True,
+    ),
+    Setting(
         "record_accuracy_only",
         "bool",
         "record fail_accuracy, nan_output and nondeterministic_baseline without failing the test",

@@ -22,6 +22,7 @@ from optbench.catalog.techniques.base import TRAINING
 from optbench.catalog.weights import ModelWeights
 from optbench.matrix.case import BASELINE, Case
 from optbench.matrix.profiles import TimingPolicy
+from optbench.measure.memo import Memo, key, tensor_digest
 from optbench.measure.memory import PeakMemory
 from optbench.measure.paired import PairedResult, time_paired
 from optbench.measure.timing import plan_rounds, warm_up
@@ -79,6 +80,10 @@ class Setup:
     False times each case alone (`optbench ab` pairs whole sessions instead)."""
     eager: dict[Any, tuple[Callable[[], object], float]] = field(default_factory=dict)
     """The current group's eager call, kept prepared in memory, and its per-call seconds."""
+    memo: Memo | None = None
+    """Evaluations and short trainings an earlier run left (optbench.measure.memo; None: none reused)."""
+    memo_parts: dict[str, Any] = field(default_factory=dict)
+    """Run settings that change what is evaluated (calibration samples ...), for the memo's keys."""
 
 
 def _dynamo_graphs() -> int:
@@ -329,21 +334,40 @@ def measure_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeF
         per_shape = new_shape and (timed.spec.shape_tied or tech.shape_specific)
         eval_batch = max(case.batch_size, EVAL_BATCH) if new_shape else case.batch_size
         t2 = time.perf_counter()
-        to_eval = prepared
-        if per_shape:
-            # A prepared object tied to its shape cannot run the held-out split: prepare another
-            # from the same weights, through the same technique, at the evaluation shape.
-            eval_model, eval_inputs = _build(weights, at_eval, eval_batch, device)
-            to_eval = apply_technique(
-                tech, eval_model, eval_inputs, weights, at_eval, case, setup, eval_batch
-            )[0]
         x, _ = weights.eval_set(setup.eval_limit)
-        with torch.inference_mode():
-            measurement.logits = evaluate(to_eval, x, eval_batch, device)
-            if case.technique == "eager":
-                # Determinism of fp32 itself: a second pass over a few batches is enough to see it.
-                first = x[: 4 * eval_batch]
-                measurement.logits_again = evaluate(to_eval, first, eval_batch, device)
+        name = found = None
+        if setup.memo is not None:
+            name = key(
+                kind="evaluation", model=case.model, model_code=weights.spec.code_hash(),
+                weights=weights.key, technique=case.technique, technique_code=tech.code_hash(),
+                device=case.device, timed_shape=timed.spec.input_shape, batch_size=case.batch_size,
+                eval_shape=at_eval.input_shape, eval_batch=eval_batch, inputs=tensor_digest(x),
+                **setup.memo_parts,
+            )  # fmt: skip
+            found = setup.memo.load(name)
+        if found is not None:  # the same code, weights, technique and kernels evaluated it before
+            measurement.logits, measurement.logits_again = found["logits"], found.get("again")
+        else:
+            to_eval = prepared
+            if per_shape:
+                # A prepared object tied to its shape cannot run the held-out split: prepare another
+                # from the same weights, through the same technique, at the evaluation shape.
+                eval_model, eval_inputs = _build(weights, at_eval, eval_batch, device)
+                to_eval = apply_technique(
+                    tech, eval_model, eval_inputs, weights, at_eval, case, setup, eval_batch
+                )[0]
+            with torch.inference_mode():
+                measurement.logits = evaluate(to_eval, x, eval_batch, device)
+                if case.technique == "eager":
+                    # Determinism of fp32 itself: a second pass over a few batches is enough to see it.
+                    first = x[: 4 * eval_batch]
+                    measurement.logits_again = evaluate(to_eval, first, eval_batch, device)
+            if setup.memo is not None and name is not None:
+                kept = {"logits": measurement.logits}
+                if measurement.logits_again is not None:
+                    kept["again"] = measurement.logits_again
+                setup.memo.save(name, kept)
+        measurement.columns["eval_cached"] = found is not None if setup.memo is not None else None
         measurement.columns["eval_s"] = time.perf_counter() - t2
         measurement.columns["eval_samples"] = len(measurement.logits)
         measurement.columns["eval_batch_size"] = eval_batch

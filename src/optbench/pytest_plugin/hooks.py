@@ -232,6 +232,7 @@ def pytest_collection_modifyitems(
         call_timeout_s=option["call_timeout"],
         ceilings=Ceilings(),
         repo_dir=str(config.rootpath),
+        memo=_memo(config, option),
     )
     state["run_dir"] = run_dir
     _write_manifest(config, state, run_id, run_dir, items)
@@ -241,6 +242,17 @@ def pytest_collection_modifyitems(
     bench_session = getattr(config, "_benchmarksession", None)
     if bench_session is not None and not getattr(bench_session, "json", None):
         bench_session.json = run_dir / "benchmark.json"
+
+
+def _memo(config: pytest.Config, option: dict[str, Any]) -> Any:
+    """Where evaluations and short trainings are reused from, or None: --fresh-evaluations, and a
+    gated run (its second look must measure the candidate's own accuracy)."""
+    from optbench.catalog.checkpoints import cache_dir
+    from optbench.measure.memo import Memo
+
+    if option["fresh_evaluations"] or config.getoption("optbench_compare", None):
+        return None
+    return Memo(cache_dir())
 
 
 def _warn_weak_model(row: dict[str, Any], warned: set[str]) -> None:

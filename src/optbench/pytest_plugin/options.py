@@ -202,8 +202,12 @@ def _default_models(config: pytest.Config, profile: str) -> list[str]:
 
     zoo = config.getoption("zoo")
     with_zoo = in_optbench_repository(config) if zoo is None else zoo
-    key = get_profile(profile).batch_key
-    models = [s.name for s in MODELS if s.in_profile(key) and (with_zoo or not is_zoo_model(s.name))]
+    chosen = get_profile(profile)
+
+    def joins(name: str) -> bool:  # the user's own models always; the zoo's where the profile takes them
+        return not is_zoo_model(name) or (with_zoo and (chosen.zoo is None or name in chosen.zoo))
+
+    models = [s.name for s in MODELS if s.in_profile(chosen.batch_key) and joins(s.name)]
     if not models:
         raise UsageProblem(
             f"no models to benchmark in the {profile} profile: {config.rootpath / 'models'} registers none; "

@@ -132,6 +132,9 @@ class RunState:
     """Training mode: steps of each case's short seeded training (0: none)."""
     pipeline: Any = None
     """Data mode: the PipelineConfig (dataset, images, crop) every data case reads."""
+    memo: Any = None
+    """The optbench.measure.memo.Memo evaluations and short trainings are reused from and kept in
+    (None: every one measured afresh: --fresh-evaluations, a gated run, optbench ab's sessions)."""
 
     @property
     def setup(self) -> Setup:
@@ -160,6 +163,8 @@ class RunState:
             paired=self.paired,
             eager=self.eager,
             call_timeout_s=self.call_timeout_s,
+            memo=self.memo,
+            memo_parts={"calibration_samples": self.calibration_samples},
         )
 
     def record(self, row: dict[str, Any]) -> None:
@@ -213,6 +218,9 @@ class CaseRunner:
         """Measure `case` and record its row. Raises CaseFailed (after recording) when it fails."""
         if _paced(time_fn):  # optbench ab: the sessions are paired, each case is timed alone
             self.state.paired = False
+            # ... and each session measures its own code's accuracy: a change in a file no key
+            # covers (a data file a technique reads) must show.
+            self.state.memo = None
         if case.skip_reason:
             row = {**self._identity(case, test, True), "status": Status.SKIPPED, "reason": case.skip_reason}
             row["timestamp"] = now()

@@ -105,6 +105,15 @@ def default_techniques(device: str, mode: str = "inference") -> list[str]:
     return singles + [s for s, devices in DEFAULT_STACKS.items() if device in devices and _has_mode(s, mode)]
 
 
+def profile_techniques(names: tuple[str, ...], device: str, mode: str) -> list[str]:
+    """A profile's own technique list on `device` in `mode`: its techniques with this mode, and its
+    stacks whose parts all have it; a default stack (tied to devices) only on its devices."""
+    every = default_techniques(device, mode)
+    return [
+        n for n in names if n in every or (SEPARATOR in n and n not in DEFAULT_STACKS and _has_mode(n, mode))
+    ]
+
+
 def _has_mode(name: str, mode: str) -> bool:
     return all(mode in TECHNIQUES.get(part).modes for part in name.split(SEPARATOR) if part in TECHNIQUES)
 
