@@ -151,7 +151,14 @@ def test_selection_options_keyword_and_markers():
         "vit_b_16-eager-cpu-bs2",
         "vit_b_16-compile-cpu-bs2",
     ]
+    # The default profile's own techniques and stacks; full's are every one.
     assert collected_ids("-k", "resnet18 and bf16", "--devices", "cpu") == [
+        "resnet18-bf16_autocast-cpu-bs8",
+        "resnet18-channels_last+bf16_autocast+compile-cpu-bs8",
+    ]
+    assert collected_ids(
+        "-k", "resnet18 and bf16", "--devices", "cpu", "--profile", "full", "--batch-sizes", "8"
+    ) == [
         "resnet18-bf16_autocast-cpu-bs8",
         "resnet18-channels_last+bf16_autocast-cpu-bs8",
         "resnet18-channels_last+bf16_autocast+compile-cpu-bs8",
@@ -163,7 +170,16 @@ def test_selection_options_keyword_and_markers():
     ) == ["resnet18-eager-cpu-bs8"]
     # A stack carries the markers of each of its parts, and "stack".
     assert collected_ids(
-        "--models", "resnet18", "-m", "precision", "--batch-sizes", "1,4", "--devices", "cpu"
+        "--models",
+        "resnet18",
+        "-m",
+        "precision",
+        "--batch-sizes",
+        "1,4",
+        "--devices",
+        "cpu",
+        "--profile",
+        "full",
     ) == [
         "resnet18-bf16_autocast-cpu-bs1",
         "resnet18-fp16_autocast-cpu-bs1",
@@ -179,7 +195,9 @@ def test_selection_options_keyword_and_markers():
         "resnet18-channels_last-cpu-bs8",
         "resnet50-channels_last-cpu-bs8",
     ]
-    assert collected_ids("--models", "resnet18", "-m", "stack", "--devices", "cuda") == [
+    assert collected_ids(
+        "--models", "resnet18", "-m", "stack", "--devices", "cuda", "--profile", "full", "--batch-sizes", "8"
+    ) == [
         "resnet18-channels_last+fp16_autocast-cuda-bs8",
         "resnet18-channels_last+fp16_autocast+compile-cuda-bs8",
         # Collected, then a skipped row: torchao int8 dynamic leaves a CNN's convolutions alone.
@@ -189,7 +207,7 @@ def test_selection_options_keyword_and_markers():
 
 def test_training_and_data_cases_are_collected_with_their_own_defaults():
     training = collected_ids("--models", "resnet18", "--devices", "cpu", test="training")
-    assert "resnet18-grad_accum_4-cpu-bs8-training" in training
+    assert "resnet18-grad_accum_2-cpu-bs8-training" in training
     assert "resnet18-activation_checkpoint-cpu-bs8-training" in training
     assert not any("int8" in i or "prune" in i for i in training)  # inference-only techniques stay out
     # The data sweep reads images for resnet18 at its own batch sizes unless the user chooses.

@@ -210,7 +210,8 @@ def test_every_option_is_declared_once_and_each_place_is_made_from_it():
     assert set(MANIFEST_OPTIONS) == {
         "timing_shape", "time_budget", "target_precision", "eval_samples", "accuracy_floor",
         "calibration_samples", "converge_steps", "pipeline_data", "pipeline_images", "pipeline_crop",
-        "data_dir", "record_accuracy_only", "call_timeout", "accuracy_floor_points",
+        "data_dir", "record_accuracy_only", "call_timeout", "accuracy_floor_points", "malloc",
+        "fresh_evaluations",
     }  # fmt: skip
     # The docs: one row per option, in the table's order; a group's own table.
     rows = settings_markdown().splitlines()

@@ -10,7 +10,7 @@ from optbench.catalog.weights import WeightsProvider
 from optbench.matrix.case import Case
 from optbench.matrix.profiles import TimingPolicy
 from optbench.measure.memo import Memo, key, tensor_digest
-from optbench.pytest_plugin.runner import CaseRunner, RunState
+from optbench.pytest_plugin.runner import CaseFailed, CaseRunner, RunState
 from optbench.results import ResultsWriter
 
 FAST = TimingPolicy(warmup_s=0.0, warmup_rounds=2, budget_s=0.05, min_rounds=6, max_rounds=50)
@@ -92,7 +92,7 @@ def test_a_second_run_reuses_the_short_training(tmp_path, registries, monkeypatc
     assert warm["converge_cached"] is True
     for column in ("converge_top1", "converge_loss", "converge_steps", "converge_batch_size", "converge_s"):
         assert warm[column] == cold[column], column
-    with pytest.raises(AssertionError, match="ran again"):  # more steps: another key
+    with pytest.raises(CaseFailed, match="ran again"):  # more steps: another key, trained again
         CaseRunner(_state(tmp_path, "three", memo, converge_steps=21)).run(case)
 
 
