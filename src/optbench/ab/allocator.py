@@ -16,7 +16,7 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from optbench.catalog.allocator import FIXED_BYTES, NAMES, OLD_GLIBC_BYTES, PRELOADED, fixed_bytes
+from optbench.catalog.allocator import FIXED_BYTES, NAMES, OLD_GLIBC_BYTES, PRELOADED, fixed_bytes, preloaded
 from optbench.catalog.allocator import settings as user_settings
 
 __all__ = [
@@ -77,7 +77,7 @@ def choose(mode: str, environ: Mapping[str, str], libc: tuple[str, str] | None =
     own = user_settings(environ)
     if name != "glibc":
         return Allocator("not glibc", {}, own)
-    if any(p in environ.get("LD_PRELOAD", "") for p in PRELOADED):
+    if preloaded(environ):
         return Allocator("preloaded", {}, own)
     if _sets_thresholds(environ):
         return Allocator("user", {}, own)
