@@ -620,7 +620,7 @@ def test_a_users_repository_benchmarks_its_own_models_not_the_zoo(tmp_path):
     # The default profile takes one zoo model of each kind (resnet50 and EfficientNet are full's),
     # and the user's own model whatever the profile.
     assert {case.rsplit("-", 3)[0].split("-", 1)[0] for case in ids("--zoo")} == {
-        "pkg_net", "resnet18", "mobilenet_v3_large", "vit_b_16", "bert_base_encoder", "lstm_classifier"
+        "pkg_net", "resnet18", "mobilenet_v3_large", "vit_ti_16", "bert_mini_encoder", "lstm_classifier"
     }  # fmt: skip
 
     # An installed package registers a model and a technique through the optbench.plugins entry points.

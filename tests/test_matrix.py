@@ -123,10 +123,10 @@ def test_the_default_profile_keeps_every_family_in_each_mode_on_one_model_of_eac
     default = PROFILES["default"]
     assert default.zoo == (
         "lstm_classifier",
-        "bert_base_encoder",
+        "bert_mini_encoder",
         "resnet18",
         "mobilenet_v3_large",
-        "vit_b_16",
+        "vit_ti_16",
     )
     select = _select(models=list(default.zoo), techniques=None, profile="default")
     cases = {mode: build_matrix(select, mode) for mode in ("inference", "training", "data")}
@@ -153,8 +153,8 @@ def test_the_default_profile_keeps_every_family_in_each_mode_on_one_model_of_eac
     assert named <= every
     # Each zoo model at its default batch size; the profile's own timing.
     assert {(c.model, c.batch_size) for c in cases["inference"]} == {
-        ("lstm_classifier", 32), ("bert_base_encoder", 2), ("resnet18", 8), ("mobilenet_v3_large", 8),
-        ("vit_b_16", 2),
+        ("lstm_classifier", 32), ("bert_mini_encoder", 8), ("resnet18", 8), ("mobilenet_v3_large", 8),
+        ("vit_ti_16", 8),
     }  # fmt: skip
     assert len(run["inference"]) < 60 and PROFILES["full"].techniques is None
 

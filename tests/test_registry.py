@@ -9,7 +9,9 @@ ZOO = {
     "mobilenet_v3_large",
     "efficientnet_b0",
     "vit_b_16",
+    "vit_ti_16",
     "bert_base_encoder",
+    "bert_mini_encoder",
     "lstm_classifier",
 }
 FIRST_TECHNIQUES = {"eager", "channels_last", "bf16_autocast", "fp16_autocast", "compile"}
@@ -86,7 +88,12 @@ def test_wildcards_and_tags_select_models_and_techniques(registries):
     models, techniques = registries
     assert models.list("resnet*") == ["resnet18", "resnet50"]
     tags = lambda spec: spec.tags  # noqa: E731
-    assert models.expand(["tag:transformer"], tags) == ["bert_base_encoder", "vit_b_16"]
+    assert models.expand(["tag:transformer"], tags) == [
+        "bert_base_encoder",
+        "bert_mini_encoder",
+        "vit_b_16",
+        "vit_ti_16",
+    ]
     # In the order given, without repeats; plain names must exist, patterns must match something.
     assert models.expand(["resnet50", "resnet*"], tags) == ["resnet50", "resnet18"]
     assert techniques.expand(["*autocast"], lambda t: {t.family}) == ["bf16_autocast", "fp16_autocast"]

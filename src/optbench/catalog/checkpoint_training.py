@@ -50,7 +50,7 @@ def train(
 
     recipe = spec.recipe
     if task.epochs is not None:  # the task sets the training length; no target top-1 stops it early
-        recipe = replace(recipe, max_epochs=task.epochs, target_top1=float("inf"))
+        recipe = replace(recipe, max_epochs=recipe.task_epochs or task.epochs, target_top1=float("inf"))
     torch.manual_seed(seed)
     model = spec.build_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)

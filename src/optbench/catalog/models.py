@@ -57,6 +57,9 @@ class TrainRecipe:
     autocast: str | None = None
     """Train the forward pass under torch.autocast in this dtype ('bfloat16'); weights stay fp32.
     About twice as fast for the transformers on a CPU with bf16 instructions."""
+    task_epochs: int | None = None
+    """Epochs on a task that sets the training length itself (the hard digits: 4), for a model that
+    needs longer to learn it; None: the task's."""
 
 
 @dataclass(frozen=True)

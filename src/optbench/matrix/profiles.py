@@ -119,7 +119,7 @@ GATE = replace(
 )
 
 # The default run: one model of each kind (a CNN, a mobile CNN, a ViT, a transformer encoder, an
-# LSTM) and, per mode, one or two techniques of every family plus the stacks users deploy, so that a
+# LSTM; the transformers at DeiT-Ti's and BERT-mini's sizes, ViT-B/16 and BERT-base are full's) and, per mode, one or two techniques of every family plus the stacks users deploy, so that a
 # cold run on 2 cores fits its time target (docs/default-run.md). `full` runs every zoo model with
 # every technique and default stack; `--models` and `--techniques` name any of them here.
 DEFAULT = Profile(
@@ -133,7 +133,7 @@ DEFAULT = Profile(
         min_rounds=10,
         target_rel_ci=0.02,
     ),
-    zoo=("lstm_classifier", "bert_base_encoder", "resnet18", "mobilenet_v3_large", "vit_b_16"),
+    zoo=("lstm_classifier", "bert_mini_encoder", "resnet18", "mobilenet_v3_large", "vit_ti_16"),
     techniques={
         "inference": (
             "eager",
