@@ -49,6 +49,43 @@ def test_an_untagged_linear_model_gets_dynamic_int8_and_not_the_conv_techniques(
     assert "has no convolution layers" in resolve("int8_static_fx").supports(spec, "cpu", "inference")
 
 
+class WideVocabularyEncoder(nn.Module):  # a small transformer whose token table outweighs its layers
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(30522, 128)
+        layer = nn.TransformerEncoderLayer(128, 2, 256, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(128, num_classes)
+
+    def forward(self, ids):
+        return self.head(self.encoder(self.embed(ids))[:, 0])
+
+
+def test_embedding_tables_do_not_hide_a_transformer_from_dynamic_int8():
+    # Its token table holds 88% of the weights, but no arithmetic: the layers that compute are Linear.
+    load_techniques()
+    spec = text_classifier("user_small_bert", WideVocabularyEncoder, seq_len=16, vocab_size=30522)
+    assert structure(spec).linear_share > 0.9
+    for name in ("int8_dynamic", "torchao_int8_dynamic", "linear_csr"):
+        assert resolve(name).supports(spec, "cpu", "inference") is None, name
+
+
+def test_a_model_mostly_of_other_layers_is_not_linear_heavy():
+    class NormHeavy(nn.Module):
+        def __init__(self, num_classes: int) -> None:
+            super().__init__()
+            self.convs = nn.Sequential(nn.Conv2d(3, 256, 3), nn.Conv2d(256, 256, 3))
+            self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, num_classes))
+
+        def forward(self, x):
+            return self.head(self.convs(x))
+
+    load_techniques()
+    spec = image_classifier("user_convs", NormHeavy, resolution=32)
+    assert structure(spec).linear_share < 0.1
+    assert "below 50%" in resolve("int8_dynamic").supports(spec, "cpu", "inference")
+
+
 def test_a_builder_that_raises_is_a_failed_case_later_never_a_collection_error():
     load_techniques()
 
