@@ -11,16 +11,26 @@ QUIET_S = 300.0
 
 
 def earlier_durations(results: Path) -> dict[str, float]:
-    """case id -> seconds in the newest earlier run under `results` ({} without one)."""
-    latest = results / "latest"
-    try:
-        from optbench.results import load
+    """case id -> seconds in the newest earlier run under `results`: `latest`, or where it cannot be
+    read (its run deleted, or stopped before its first row) the newest run folder that can ({} with
+    none)."""
+    from optbench.results import load
 
-        frame = load(latest)
-    except Exception:  # no earlier run, or one this optbench cannot read: no estimate from it
-        return {}
-    frame = frame[frame["duration_s"].notna()]
-    return {str(c): float(d) for c, d in zip(frame["case_id"], frame["duration_s"], strict=True)}
+    runs = results / "runs"
+    folders = sorted(
+        (p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else [],
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for candidate in (results / "latest", *folders):
+        try:
+            frame = load(candidate)
+        except Exception:  # gone, or a run this optbench cannot read: try the next newest
+            continue
+        frame = frame[frame["duration_s"].notna()]
+        if len(frame):
+            return {str(c): float(d) for c, d in zip(frame["case_id"], frame["duration_s"], strict=True)}
+    return {}
 
 
 class Eta:
