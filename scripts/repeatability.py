@@ -102,13 +102,17 @@ def compare(first: Path, second: Path) -> None:
         f"the two intervals overlap: {overlap} of {n}; second speedup inside the first run's prediction "
         f"interval (its interval widened by sqrt 2 in log space): {predicted} of {n}"
     )
-    recs = [{(r.model, r.device, r.batch_size): r for r in recommend(load(p))} for p in (first, second)]
+    # One recommendation per model, device, mode and batch: a model's training and inference rows at
+    # one batch size are separate answers.
+    recs = [
+        {(r.model, r.device, r.mode, r.batch_size): r for r in recommend(load(p))} for p in (first, second)
+    ]
     for key, r1 in recs[0].items():
         r2 = recs[1].get(key)
         if r2 is None:
             continue
         both_clear = r1.verdict == CLEAR and r2.verdict == CLEAR
-        print(f"recommendation {key[0]} {key[1]} bs{key[2]}: {r1.verdict} {r1.technique} / {r2.verdict} "
+        print(f"recommendation {key[0]} {key[1]} {key[2]} bs{key[3]}: {r1.verdict} {r1.technique} / {r2.verdict} "
               f"{r2.technique}" + (" (same)" if r1.technique == r2.technique else " (DIFFERENT)" if both_clear else ""))  # fmt: skip
 
 
