@@ -60,6 +60,23 @@ def test_the_task_is_not_saturated():
     assert 0.3 < result.top1 < 0.95  # learned something (chance is 0.1), and not saturated
 
 
+def test_a_recipe_can_train_longer_than_the_task_sets_and_its_checkpoint_key_says_so():
+    """TrainRecipe.task_epochs (MobileNetV3 and the small ViT train 8 epochs of the hard digits)."""
+    from dataclasses import replace
+
+    from optbench.catalog.checkpoint_training import train
+    from optbench.catalog.checkpoints import checkpoint_key
+
+    task = replace(hard_digits_task(16), epochs=1)
+    tiny = lambda num_classes: nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, num_classes))  # noqa: E731
+    spec = image_classifier("tiny", tiny, resolution=16, recipe=TrainRecipe(lr=3e-3, task_epochs=2))
+    _, result = train(spec, task, progress=False)
+    assert result.epochs == 2 and result.target_top1 is None
+    plain = image_classifier("tiny", tiny, resolution=16, recipe=TrainRecipe(lr=3e-3))
+    assert train(plain, task, progress=False)[1].epochs == 1  # without it, the task's length
+    assert checkpoint_key(spec, task, 0) != checkpoint_key(plain, task, 0)
+
+
 def test_every_profile_names_an_embedded_image_task_and_the_default_is_catalogs():
     from optbench.catalog.tasks.base import DEFAULT_IMAGE_TASK, IMAGE_TASKS
     from optbench.matrix.profiles import PROFILES, Profile
