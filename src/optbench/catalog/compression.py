@@ -54,15 +54,11 @@ def _linear_like_sizes(model: nn.Module) -> tuple[int, int]:
     """Weights in the layers dynamic int8 changes, and weights in layers that compute: an embedding
     table is a lookup, so its size says nothing of where the time goes (BERT-mini's vocabulary is
     70% of its weights and none of its arithmetic)."""
-    linear = 0
-    lookups = sum(
-        p.numel()
-        for m in model.modules()
-        if isinstance(m, (nn.Embedding, nn.EmbeddingBag))
-        for p in m.parameters()
-    )
+    linear = lookups = 0
     for module in model.modules():
-        if isinstance(module, nn.Linear):
+        if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
+            lookups += sum(p.numel() for p in module.parameters())
+        elif isinstance(module, nn.Linear):
             linear += module.weight.numel()
         elif isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
             linear += module.in_proj_weight.numel()
