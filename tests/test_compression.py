@@ -208,6 +208,34 @@ def test_calibration_uses_train_data_not_held_out(tmp_path):
     assert prepared.columns["calibration_samples"] == 32
 
 
+@pytest.mark.parametrize("name", ["int8_static_fx", "int8_static_pt2e"])
+def test_calibration_is_cached_and_keyed_by_the_weights_it_calibrates(name, tmp_path):
+    _, first = prepare(name, CNN, image_task(), tmp_path, calibration_samples=16)
+    saved = sorted((tmp_path / "prepared").glob(f"{name}-*-calibration-*.pt"))
+    assert len(saved) == 1
+    stamp = saved[0].stat().st_mtime_ns
+    _, again = prepare(name, CNN, image_task(), tmp_path, calibration_samples=16)
+    assert saved[0].stat().st_mtime_ns == stamp  # read, not written again
+    assert again.columns["calibration_samples"] == 16
+    x = CNN.example_inputs(4, torch.Generator().manual_seed(1))
+    assert torch.equal(run_on(first, x), run_on(again, x))  # the same quantized model
+    # Other weights in (a technique earlier in a stack changed them): calibrated anew.
+    torch.manual_seed(0)
+    model = CNN.build_model().eval()
+    with torch.no_grad():
+        model[0].weight.mul_(2)
+    ctx = TechniqueContext(spec=CNN, device=torch.device("cpu"), batch_size=4, input_shape=CNN.input_shape,
+                           task=image_task(), cache_root=tmp_path, show_progress=False, calibration_samples=16)  # fmt: skip
+    tech = resolve(name)
+    tech.apply(Prepared.eager(model, x), ctx.for_technique(name, tech.code_hash()))
+    assert len(list((tmp_path / "prepared").glob(f"{name}-*-calibration-*.pt"))) == 2
+
+
+def run_on(prepared: Prepared, x: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    with torch.inference_mode():
+        return prepared.forward(*x)
+
+
 def test_calibration_batches_come_at_the_prepared_shape(tmp_path):
     task = image_task()
     deploy = image_classifier("tiny_cnn_c2", tiny_cnn, resolution=32, task_resolution=RES, tags={"cnn"})
