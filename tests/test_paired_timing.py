@@ -83,3 +83,31 @@ def test_the_median_interval_covers_at_its_stated_rate():
         misses += not (low <= 1.0 <= high)
     assert misses / 2000 <= 0.05 + 0.015  # 3 standard errors above the stated rate at most
     assert all(math.isnan(x) for x in median_interval([1.0, 2.0, 3.0], 0.95))
+
+
+def test_two_preparations_take_turns_in_both_orders_and_the_interval_holds_their_spread():
+    machine = Machine(noise=0.01, seed=4)
+    order: list[str] = []
+
+    def tagged(name: str, seconds: float):
+        work = machine.work(seconds)
+
+        def call():
+            order.append(name)
+            work()
+
+        return call
+
+    # Two preparations of one technique: 2.0x and 1.6x against eager (0.020 s).
+    fast, slow, eager = tagged("fast", 0.010), tagged("slow", 0.0125), tagged("eager", 0.020)
+    found = time_paired([fast, slow], eager, 0.020, 600.0, 0.0001, clock=machine.clock)
+    # pairs 0, 1 the first preparation (A B, then B A), pairs 2, 3 the second, and so on
+    assert found.preparation_of_pair[:6] == [0, 0, 1, 1, 0, 0]
+    blocks = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]  # runs of one side
+    assert blocks[:7] == ["fast", "eager", "fast", "slow", "eager", "slow", "fast"]
+    first, second = found.by_preparation()
+    assert first == pytest.approx(2.0, rel=0.03) and second == pytest.approx(1.6, rel=0.03)
+    assert found.low <= 1.62 and found.high >= 1.98  # one preparation's interval would miss the other
+    # With one preparation, nothing changes: the same alternation as ever.
+    one = time_paired(fast, eager, 0.020, 600.0, 0.0001, clock=machine.clock)
+    assert set(one.preparation_of_pair) == {0} and one.by_preparation() == [one.speedup]

@@ -37,6 +37,22 @@ class ExplodesOnCall(Technique):
         return prepared.then(self.api, forward=forward)
 
 
+APPLIED: list[int] = []
+
+
+@register_technique
+class CountsPreparations(Technique):
+    """A quantization-family technique that changes nothing and counts how often it is applied."""
+
+    name = "test_counts_preparations"
+    family = "quantization"
+    api = "test"
+
+    def apply(self, prepared, ctx):
+        APPLIED.append(id(prepared.module))
+        return prepared.then(self.api)
+
+
 @pytest.fixture
 def state(tmp_path, registries):
     return RunState(run_id="t", writer=ResultsWriter(tmp_path), timing=FAST)
@@ -72,6 +88,18 @@ def test_speedup_is_the_median_of_ratios_paired_with_eager(state):
     assert other["speedup_ci95_low"] <= other["speedup"] <= other["speedup_ci95_high"]
     assert other["dtype"] == "bfloat16 (autocast)"
     assert base["speedup_method"] == "baseline" and base.get("pairs") is None
+
+
+def test_a_quantization_case_is_prepared_twice_and_timed_as_both(state):
+    runner = CaseRunner(state)
+    runner.run(Case("tiny_mlp", "eager", "cpu", 2))
+    APPLIED.clear()
+    row = runner.run(Case("tiny_mlp", "test_counts_preparations", "cpu", 2))
+    assert row["status"] == "passed" and row["preparations"] == 2
+    assert len(APPLIED) == 2 and APPLIED[0] != APPLIED[1]  # two models, built and prepared apart
+    assert row["preparation_spread"] >= 1.0
+    plain = runner.run(Case("tiny_mlp", "bf16_autocast", "cpu", 2))  # precision: one preparation
+    assert plain["preparations"] == 1 and plain["preparation_spread"] is None
 
 
 def test_without_pairing_speedup_is_baseline_median_over_case_median(state):

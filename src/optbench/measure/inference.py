@@ -191,27 +191,8 @@ def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) 
         graphs_before = _dynamo_graphs()
         started = time.perf_counter()
         prepared, ctx = apply_technique(tech, model, inputs, weights, timed, case, setup, case.batch_size)
-        args = prepared.inputs
-        if training:
-            from optbench.measure.train_step import train_step
-
-            step = train_step(prepared, device, lr=timed.recipe.lr)
-
-            def call() -> object:
-                loss = step(args, targets)
-                synchronize(device)
-                return loss
-
-            mode: Any = contextlib.nullcontext()
-        else:
-            forward = prepared.forward
-
-            def call() -> object:
-                out = forward(*args)
-                synchronize(device)  # pytest-benchmark's timer does not wait for the GPU
-                return out
-
-            mode = torch.inference_mode()
+        call = _caller(prepared, training, device, targets, timed.recipe.lr)
+        mode: Any = contextlib.nullcontext() if training else torch.inference_mode()
         with mode:
             t1 = time.perf_counter()
             first_out = call()  # preparation (compilation happens here): never held to the limit
@@ -226,7 +207,10 @@ def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) 
             paired = None
             if eager is not None:
                 memory.read()  # the case's own peak: eager's calls below must not count in it
-                paired = _time_against_eager(call, eager, pilot, policy, time_fn)
+                calls = [call]
+                for _ in range(tech.preparations - 1):  # after memory.read: not the case's own peak
+                    calls.append(_prepared_again(case, weights, setup, timed, targets, calls, policy))
+                paired = _time_against_eager(calls, eager, pilot, policy, time_fn)
                 samples = paired.case_samples
             else:
                 samples = time_fn(call, plan_rounds(pilot, policy), 1)
@@ -248,6 +232,55 @@ class CallTimeout(Exception):
     """One call of a case took longer than the run allows (--call-timeout)."""
 
 
+def _caller(
+    prepared: Prepared, training: bool, device: torch.device, targets: torch.Tensor, lr: float
+) -> Callable[[], object]:
+    """The timed call of a prepared case: one forward, or one optimizer step in training."""
+    args = prepared.inputs
+    if training:
+        from optbench.measure.train_step import train_step
+
+        step = train_step(prepared, device, lr=lr)
+
+        def call() -> object:
+            loss = step(args, targets)
+            synchronize(device)
+            return loss
+
+        return call
+    forward = prepared.forward
+
+    def infer() -> object:
+        out = forward(*args)
+        synchronize(device)  # pytest-benchmark's timer does not wait for the GPU
+        return out
+
+    return infer
+
+
+def _prepared_again(
+    case: Case,
+    weights: ModelWeights,
+    setup: Setup,
+    timed: ModelSpec,
+    targets: torch.Tensor,
+    earlier: list[Callable[[], object]],
+    policy: TimingPolicy,
+) -> Callable[[], object]:
+    """Another independent preparation of the case from the same weights (Technique.preparations),
+    called once and warmed up like the first, for the paired timing to alternate with it. Its
+    preparation reuses what the first cached (calibration, fine-tunes, inductor's compiled code)."""
+    with torch.inference_mode(False):  # preparing may calibrate, fine-tune or use autograd
+        model, inputs = _build(weights, timed, case.batch_size, torch.device(case.device))
+        again, _ = apply_technique(case.tech, model, inputs, weights, timed, case, setup, case.batch_size)
+    call = _caller(again, case.mode == TRAINING, torch.device(case.device), targets, timed.recipe.lr)
+    call()
+    for other in earlier:  # a technique that resets dynamo (compile does) makes the others compile again
+        other()
+    warm_up(call, policy)
+    return _limited(call, setup.call_timeout_s) if setup.call_timeout_s is not None else call
+
+
 def _limited(call: Callable[[], object], limit_s: float) -> Callable[[], object]:
     """`call`, raising CallTimeout after any call that took longer than `limit_s`. A running kernel
     cannot be interrupted safely, so the case stops after that call: one call is the most it costs."""
@@ -264,19 +297,20 @@ def _limited(call: Callable[[], object], limit_s: float) -> Callable[[], object]
 
 
 def _time_against_eager(
-    call: Callable[[], object],
+    calls: list[Callable[[], object]],
     eager: tuple[Callable[[], object], float],
     pilot: list[float],
     policy: TimingPolicy,
     time_fn: TimeFn,
 ) -> PairedResult:
-    """The case against its group's eager call, in ABBA blocks (optbench.measure.paired); the case's
-    calls also go to pytest-benchmark where the timer can take them (`time_fn.record`)."""
+    """The case (its preparations' calls) against its group's eager call, in ABBA blocks
+    (optbench.measure.paired); the case's calls also go to pytest-benchmark where the timer can take
+    them (`time_fn.record`)."""
     eager_call, eager_per_call = eager
     for _ in range(3):  # eager's caches were the previous case's for a while: warm them again
         eager_call()
     per_call = max(statistics.median(pilot[-3:]), eager_per_call)
-    paired = time_paired(call, eager_call, per_call, policy.budget_s, policy.target_rel_ci)
+    paired = time_paired(calls, eager_call, per_call, policy.budget_s, policy.target_rel_ci)
     record = getattr(time_fn, "record", None)
     if record is not None:
         record(paired.case_samples)

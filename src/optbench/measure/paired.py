@@ -6,6 +6,12 @@ scaling, thermal), order and warm-up effects, because each pair's two blocks run
 order alternates (A B B A A B ...). What it cannot cancel: an effect that lasts the whole session
 (one process's memory layout, say), which only a second session shows (`optbench ab` pairs sessions).
 
+Preparations: the case may be given as several independent preparations of the same technique on
+the same weights (two int8-quantized copies, say: their packed weights land in different memory, and
+in one process two such copies of the LSTM ran 0.85x and 1.05x). They take turns by pairs of pairs
+(preparation k serves pairs 2i and 2i+1 for i = k mod count, one AB and one BA), so each sees both
+orders and the interval holds the spread between preparations, not only one preparation's noise.
+
 The speedup is the median of the pairs' ratios (eager block median over case block median). Its
 interval is the distribution-free interval of a median from order statistics: it assumes only that
 the pairs' ratios are independent draws from one continuous distribution, nothing about its shape.
@@ -26,7 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from scipy import stats
@@ -51,6 +57,8 @@ class PairedResult:
     eager_samples: list[float] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
     """Per pair: eager block median / case block median (above 1: the case is faster)."""
+    preparation_of_pair: list[int] = field(default_factory=list)
+    """Per pair: which of the case's preparations was timed (0 when there is one)."""
     stop_reason: str = ""
     speedup: float = math.nan
     low: float = math.nan
@@ -61,6 +69,16 @@ class PairedResult:
     @property
     def pairs(self) -> int:
         return len(self.ratios)
+
+    def by_preparation(self) -> list[float]:
+        """The median of the pairs' ratios of each preparation, in order."""
+        count = max(self.preparation_of_pair, default=0) + 1
+        return [
+            statistics.median(
+                [r for r, k in zip(self.ratios, self.preparation_of_pair, strict=True) if k == i]
+            )
+            for i in range(count)
+        ]
 
 
 def median_interval(values: list[float], confidence: float) -> tuple[float, float, float]:
@@ -93,7 +111,7 @@ def _block(call: Callable[[], object], calls: int, clock: Callable[[], float]) -
 
 
 def time_paired(
-    case: Callable[[], object],
+    case: Callable[[], object] | Sequence[Callable[[], object]],
     eager: Callable[[], object],
     per_call_s: float,
     budget_s: float,
@@ -102,20 +120,24 @@ def time_paired(
     looks: tuple[int, ...] = LOOKS,
 ) -> PairedResult:
     """Time `case` against `eager` in ABBA blocks until the answer is known (see the module doc).
-    Both are warmed up already; `per_call_s` (the slower of the two per call) sizes the blocks."""
+    Both are warmed up already; `per_call_s` (the slower of the two per call) sizes the blocks.
+    `case` may be a sequence of independent preparations, which take turns (module doc)."""
+    cases = [case] if callable(case) else list(case)
     calls = max(1, round(BLOCK_S / max(per_call_s, 1e-9)))
     result = PairedResult()
     confidence = 1 - ALPHA / len(looks)
     started = clock()
     while True:
         j = result.pairs
-        order = (case, eager) if j % 2 == 0 else (eager, case)  # A B, B A, A B, ...
-        first = _block(order[0], calls, clock)
-        second = _block(order[1], calls, clock)
-        case_block, eager_block = (first, second) if order[0] is case else (second, first)
+        k = (j // 2) % len(cases)  # this pair's preparation: one AB pair and one BA pair each turn
+        first, second = (cases[k], eager) if j % 2 == 0 else (eager, cases[k])  # A B, B A, A B, ...
+        first_block = _block(first, calls, clock)
+        second_block = _block(second, calls, clock)
+        case_block, eager_block = (first_block, second_block) if j % 2 == 0 else (second_block, first_block)
         result.case_samples += case_block
         result.eager_samples += eager_block
         result.ratios.append(statistics.median(eager_block) / statistics.median(case_block))
+        result.preparation_of_pair.append(k)
         n = result.pairs
         # the budget ends a case only once it has an interval (a very slow call gets the first look)
         spent = clock() - started >= budget_s and n >= MIN_PAIRS_FOR_INTERVAL

@@ -193,6 +193,7 @@ def paired_columns(paired: PairedResult | None) -> dict[str, Any]:
     """The speedup of a case timed against its eager baseline, and how its timing stopped."""
     if paired is None:
         return {}
+    speeds = paired.by_preparation()
     return {
         "speedup": paired.speedup,
         "speedup_ci95_low": paired.low,
@@ -200,6 +201,8 @@ def paired_columns(paired: PairedResult | None) -> dict[str, Any]:
         "speedup_method": "paired",
         "pairs": paired.pairs,
         "stop_reason": paired.stop_reason,
+        "preparations": len(speeds),
+        "preparation_spread": max(speeds) / min(speeds) if len(speeds) > 1 else None,
     }
 
 

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 FAMILIES = ("baseline", "precision", "layout", "compile", "quantization", "pruning", "training", "data")
 ALL_DEVICES = frozenset({"cpu", "cuda", "mps"})
+PREPARATION_VARIES = frozenset({"compile", "quantization"})
+"""Families timed as two independent preparations against eager (Technique.preparations)."""
 FP32 = "float32"
 INFERENCE, TRAINING, DATA = "inference", "training", "data"
 MODES = (INFERENCE, TRAINING, DATA)
@@ -123,6 +125,16 @@ class Technique:
     workers): the default matrix then has it inside stacks only."""
     exclusive_families: ClassVar[frozenset[str]] = frozenset({"precision", "quantization"})
     """Families of which a stack may hold one technique only (two compute precisions conflict)."""
+    preparations: ClassVar[int] = 1
+    """Independent preparations that paired timing alternates (optbench.measure.paired). Two where
+    the family builds its own kernels or packed weights: two preparations of the same weights can run
+    at measurably different speeds in one process (an int8 LSTM 0.85x and 1.05x; docs:
+    harness-honesty), and a single preparation's interval would not show it."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "preparations" not in cls.__dict__ and getattr(cls, "family", None) in PREPARATION_VARIES:
+            cls.preparations = 2
 
     def supports(self, spec: ModelSpec, device: str, mode: str) -> str | None:
         """None when the technique applies, else the reason it does not (shown as the skip reason)."""

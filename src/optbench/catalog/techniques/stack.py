@@ -31,6 +31,7 @@ class Stack(Technique):
         self.api = " + ".join(p.api for p in parts)  # type: ignore[misc]
         self.description = " then ".join(p.name for p in parts)  # type: ignore[misc]
         self.shape_specific = any(p.shape_specific for p in parts)  # type: ignore[misc]
+        self.preparations = max(p.preparations for p in parts)  # type: ignore[misc]
 
     @property
     def families(self) -> tuple[str, ...]:
