@@ -8,7 +8,7 @@ order alternates (A B B A A B ...). What it cannot cancel: an effect that lasts 
 
 Preparations: the case may be given as several independent preparations of the same technique on
 the same weights (two int8-quantized copies, say: their packed weights land in different memory, and
-in one process two such copies of the LSTM ran 0.85x and 1.05x). They take turns by pairs of pairs
+in one process six such copies of the LSTM ran 1.00x to 1.26x). They take turns by pairs of pairs
 (preparation k serves pairs 2i and 2i+1 for i = k mod count, one AB and one BA), so each sees both
 orders and the interval holds the spread between preparations, not only one preparation's noise.
 

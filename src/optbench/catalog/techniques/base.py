@@ -128,7 +128,7 @@ class Technique:
     preparations: ClassVar[int] = 1
     """Independent preparations that paired timing alternates (optbench.measure.paired). Two where
     the family builds its own kernels or packed weights: two preparations of the same weights can run
-    at measurably different speeds in one process (an int8 LSTM 0.85x and 1.05x; docs:
+    at measurably different speeds in one process (six int8 LSTMs 1.00x to 1.26x; docs:
     harness-honesty), and a single preparation's interval would not show it."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
