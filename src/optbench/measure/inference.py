@@ -197,6 +197,7 @@ def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) 
             t1 = time.perf_counter()
             first_out = call()  # preparation (compilation happens here): never held to the limit
             first_call = time.perf_counter() - t1
+            unlimited = [call]  # for a later preparation's recompile of this one: never held to the limit
             if setup.call_timeout_s is not None:
                 call = _limited(call, setup.call_timeout_s)
             prepare_s = time.perf_counter() - started
@@ -209,7 +210,7 @@ def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) 
                 memory.read()  # the case's own peak: eager's calls below must not count in it
                 calls = [call]
                 for _ in range(tech.preparations - 1):  # after memory.read: not the case's own peak
-                    calls.append(_prepared_again(case, weights, setup, timed, targets, calls, policy))
+                    calls.append(_prepared_again(case, weights, setup, timed, targets, unlimited, policy))
                 paired = _time_against_eager(calls, eager, pilot, policy, time_fn)
                 samples = paired.case_samples
             else:
@@ -269,7 +270,9 @@ def _prepared_again(
 ) -> Callable[[], object]:
     """Another independent preparation of the case from the same weights (Technique.preparations),
     called once and warmed up like the first, for the paired timing to alternate with it. Its
-    preparation reuses what the first cached (calibration, fine-tunes, inductor's compiled code)."""
+    preparation reuses what the first cached (calibration, fine-tunes, inductor's compiled code).
+    `earlier`: the preparations so far, without the call-time limit (a recompile after dynamo's reset
+    is preparation, not a timed call); this one joins them."""
     with torch.inference_mode(False):  # preparing may calibrate, fine-tune or use autograd
         model, inputs = _build(weights, timed, case.batch_size, torch.device(case.device))
         again, _ = apply_technique(case.tech, model, inputs, weights, timed, case, setup, case.batch_size)
@@ -277,6 +280,7 @@ def _prepared_again(
     call()
     for other in earlier:  # a technique that resets dynamo (compile does) makes the others compile again
         other()
+    earlier.append(call)
     warm_up(call, policy)
     return _limited(call, setup.call_timeout_s) if setup.call_timeout_s is not None else call
 
