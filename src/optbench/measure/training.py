@@ -12,8 +12,9 @@ from optbench.catalog.techniques import Prepared
 from optbench.catalog.weights import ModelWeights, accuracy_source
 from optbench.matrix.case import Case
 from optbench.measure.convergence import Convergence, short_training
-from optbench.measure.inference import Measurement, Setup, TimeFn, apply_technique, time_case, timed_columns
+from optbench.measure.inference import Measurement, Setup, TimeFn, apply_technique, time_case
 from optbench.measure.memo import key, tensor_digest
+from optbench.measure.row_columns import timed_columns
 
 
 def measure_training(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) -> Measurement:
