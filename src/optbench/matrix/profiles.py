@@ -73,7 +73,7 @@ class Profile:
 
 SMOKE = Profile(
     "smoke",
-    "a few small models, every technique, short timing: checks the harness in about a minute",
+    "two small models, every technique, short timing: checks the harness (not fast: over 9 minutes cold on 2 cores)",
     TimingPolicy(
         warmup_s=0.3,
         warmup_rounds=2,
@@ -85,7 +85,7 @@ SMOKE = Profile(
     converge_steps=30,
     pipeline_images=48,
     # One batch a block: the smoke run checks the harness, and 13 paired data cases of 4-batch
-    # blocks would take it from about a minute to several.
+    # blocks would take several minutes more.
     pipeline_block_batches=1,
     image_task="digits",
     call_timeout_s=10.0,
