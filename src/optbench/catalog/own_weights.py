@@ -84,11 +84,17 @@ def misfit(spec: ModelSpec, error: RuntimeError) -> UsageProblem:
     )
 
 
-def state_key(state: Mapping[str, torch.Tensor]) -> str:
-    """Identifies the weights' values in techniques' cache keys: changes when the file does."""
+def state_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """A digest of a state dict's names, shapes, dtypes and values: a cache key part for weights
+    (a user's file, or what the techniques before one in a stack made of the weights)."""
     digest = hashlib.sha256()
     for name in sorted(state):
         tensor = state[name].detach().cpu().contiguous()
         digest.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return f"own-{digest.hexdigest()[:16]}"
+    return digest.hexdigest()[:16]
+
+
+def state_key(state: Mapping[str, torch.Tensor]) -> str:
+    """Identifies the weights' values in techniques' cache keys: changes when the file does."""
+    return f"own-{state_digest(state)}"

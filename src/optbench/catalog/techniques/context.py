@@ -20,18 +20,6 @@ from optbench.errors import UsageProblem
 T = TypeVar("T")
 
 
-def state_digest(module: torch.nn.Module) -> str:
-    """A digest of a module's state dict (names, shapes, dtypes and values): a cache key part for a
-    step whose input is whatever the techniques before it in a stack made of the weights."""
-    digest = hashlib.sha256()
-    for name, tensor in module.state_dict().items():
-        data = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}|{tuple(data.shape)}|{data.dtype}".encode())
-        if data.numel() and not data.is_quantized:
-            digest.update(data.view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
 @dataclass
 class TechniqueContext:
     spec: ModelSpec

@@ -18,8 +18,9 @@ from optbench.catalog.compression import (
     not_convolutional,
 )
 from optbench.catalog.models import ModelSpec
+from optbench.catalog.own_weights import state_digest
 from optbench.catalog.techniques.base import Prepared, Technique, register_technique
-from optbench.catalog.techniques.context import TechniqueContext, state_digest
+from optbench.catalog.techniques.context import TechniqueContext
 
 _SEEN = "optbench.calibration_samples"
 _OBSERVER = "activation_post_process"
@@ -47,7 +48,7 @@ def _calibrate(observed: torch.nn.Module, ctx: TechniqueContext, label: str, pat
         ctx.cached(
             f"calibration-{path}",
             calibrate,
-            observed=state_digest(observed),
+            observed=state_digest(observed.state_dict()),
             samples=ctx.calibration_samples,
             batch_size=ctx.batch_size,
             input_shape=ctx.input_shape,
