@@ -257,7 +257,9 @@ def main() -> int:
         plan += [(f"slowdown {float(size):.0%}", {"slowdown": float(size), "flip_every": 0})] * runs
     plan += [("top-1 -1 pt", {"slowdown": 0, "flip_every": 100})] * args.accuracy
     # Train the weights into the cache once, outside the measured trials (an eager-only run).
-    warm = [a for a in pytest_args if a != "--techniques" and not a.startswith("eager,")]
+    warm = [
+        a for i, a in enumerate(pytest_args) if "--techniques" not in (a, pytest_args[i - 1] if i else "")
+    ]
     subprocess.run(
         [python, "-m", "pytest", *warm, "--techniques", "eager", "--results-dir", str(work / "warm")],
         cwd=repo,

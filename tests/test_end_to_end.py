@@ -235,6 +235,8 @@ def smoke_run(tmp_path_factory):
         str(results),
         "--run-id",
         "smoke",
+        "--techniques",  # every technique and default stack in each mode, not only smoke's list
+        "all",
         "--malloc",  # fixed thresholds: the smoke run's rows are checked under them too
         "fixed",
     )
@@ -741,6 +743,24 @@ def test_pretrained_weights_time_and_evaluate_at_their_own_size_and_skip_models_
     assert (
         skipped["reason"] == "--weights pretrained: torchvision has no pretrained weights for lstm_classifier"
     )
+
+
+def test_the_default_profile_prepares_a_quantized_case_twice_and_smoke_once(tmp_path):
+    """A real int8 case, prepared and timed against eager twice over outside smoke's cap."""
+    rows = {}
+    for profile in ("default", "smoke"):
+        results = tmp_path / profile
+        out = run_bench(
+            "bench/test_inference.py", "--models", "lstm_classifier", "--techniques", "eager,int8_dynamic",
+            "--weights", "random", "--devices", "cpu", "--profile", profile, "--time-budget", "0.2",
+            "--results-dir", str(results),
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        frame = load(results / "latest").set_index("case_id")
+        rows[profile] = frame[frame["technique"] == "int8_dynamic"].iloc[0]
+    assert rows["default"]["status"] == "passed" and rows["default"]["preparations"] == 2
+    assert rows["default"]["preparation_spread"] >= 1.0 and rows["default"]["pairs"] >= 10
+    assert rows["smoke"]["preparations"] == 1 and pd.isna(rows["smoke"]["preparation_spread"])
 
 
 def test_smoke_run_report_has_every_section_and_is_looked_at_in_chromium(smoke_run, tmp_path):

@@ -50,10 +50,11 @@ def test_the_injected_case_joins_the_gated_selection_and_nothing_else_changes(tm
 
 
 def test_a_profile_without_its_own_list_is_left_alone(tmp_path):
-    # smoke runs every registered technique: the injected one joins there as any plugin technique does
-    plain, injected = _cases(tmp_path, False, "smoke"), _cases(tmp_path, True, "smoke")
-    assert [c for c in injected["inference"] if c not in plain["inference"]] == [
-        "resnet18-gate_injected-cpu-bs2",
-        "lstm_classifier-gate_injected-cpu-bs4",
-    ]
+    # full runs every registered technique: the injected one joins there as any plugin technique does
+    plain, injected = _cases(tmp_path, False, "full"), _cases(tmp_path, True, "full")
+    added = [c for c in injected["inference"] if c not in plain["inference"]]
+    assert set(added) == {
+        *(f"resnet18-gate_injected-cpu-bs{b}" for b in (1, 8, 32)),  # full's batch sizes
+        *(f"lstm_classifier-gate_injected-cpu-bs{b}" for b in (1, 32, 128)),
+    }
     assert injected["training"] == plain["training"]

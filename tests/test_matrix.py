@@ -84,9 +84,9 @@ def test_default_matrix_of_each_mode_holds_only_techniques_of_that_mode(registri
     from optbench.catalog.techniques import resolve
 
     for mode in ("inference", "training", "data"):
-        cases = build_matrix(_select(techniques=None), mode)
+        cases = build_matrix(_select(techniques=["all"]), mode)
         assert cases and all(mode in resolve(c.technique).modes for c in cases), mode
-    names = {c.technique for c in build_matrix(_select(techniques=None), "data")}
+    names = {c.technique for c in build_matrix(_select(techniques=["all"]), "data")}
     # persistent_workers and prefetch_<N> need workers: in stacks only, never alone
     assert "persistent_workers" not in names and any(n.endswith("+persistent_workers") for n in names)
 
@@ -114,6 +114,22 @@ def test_the_gate_profile_is_every_family_in_each_mode_on_smokes_models(registri
     assert sum(map(len, cases.values())) == 2 * 10 + 2 * 5 + 2 * 3  # bench/ feeds the loader resnet18 only
     on_cuda = {c.technique for c in build_matrix(replace(select, devices=["cuda"]), "inference")}
     assert "channels_last+fp16_autocast" in on_cuda and "channels_last+bf16_autocast" not in on_cuda
+
+
+def test_smoke_runs_the_gates_techniques_with_one_preparation_and_all_runs_every_one(registries):
+    from optbench.catalog.techniques import default_techniques
+    from optbench.matrix.profiles import PROFILES
+
+    smoke = PROFILES["smoke"]
+    assert smoke.techniques == PROFILES["gate"].techniques and smoke.timing.max_preparations == 1
+    assert PROFILES["default"].timing.max_preparations is None  # the default run prepares twice
+    select = _select(models=["resnet18"], techniques=None)
+    for mode in ("inference", "training", "data"):
+        listed = {c.technique for c in build_matrix(select, mode)}
+        assert listed == set(smoke.techniques[mode]) - {"channels_last+fp16_autocast"}  # CUDA's stack
+        # 'all' is every registered technique and the device's default stacks, whatever the profile
+        every = {c.technique for c in build_matrix(replace(select, techniques=["all"]), mode)}
+        assert every == set(default_techniques("cpu", mode)) and len(every) > len(listed)
 
 
 def test_the_default_profile_keeps_every_family_in_each_mode_on_one_model_of_each_kind(registries):

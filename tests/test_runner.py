@@ -1,6 +1,7 @@
 """CaseRunner on a tiny model: rows, speedup, references, failures. Timing budgets are tiny."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -100,6 +101,16 @@ def test_a_quantization_case_is_prepared_twice_and_timed_as_both(state):
     assert row["preparation_spread"] >= 1.0
     plain = runner.run(Case("tiny_mlp", "bf16_autocast", "cpu", 2))  # precision: one preparation
     assert plain["preparations"] == 1 and plain["preparation_spread"] is None
+
+
+def test_a_profile_that_caps_preparations_prepares_the_case_once(state):
+    state.timing = replace(state.timing, max_preparations=1)  # smoke's cap
+    runner = CaseRunner(state)
+    runner.run(Case("tiny_mlp", "eager", "cpu", 2))
+    APPLIED.clear()
+    row = runner.run(Case("tiny_mlp", "test_counts_preparations", "cpu", 2))
+    assert row["status"] == "passed" and len(APPLIED) == 1
+    assert row["preparations"] == 1 and row["preparation_spread"] is None
 
 
 def test_without_pairing_speedup_is_baseline_median_over_case_median(state):

@@ -12,6 +12,8 @@ from optbench.catalog.techniques.stack import profile_techniques
 from optbench.matrix.profiles import get_profile
 
 BASELINE = "eager"
+EVERY = "all"
+"""--techniques all: every registered technique and each device's default stacks, whatever the profile."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,8 @@ class Case:
 class Selection:
     models: list[str]
     techniques: list[str] | None
-    """None: every registered technique plus the default stacks of each device."""
+    """None: the profile's own list where it has one, else every registered technique plus each
+    device's default stacks; [EVERY]: the latter whatever the profile."""
     devices: list[str]
     batch_sizes: list[int] | None
     """None: each model's batch sizes for the profile."""
@@ -95,7 +98,9 @@ def build_matrix(selection: Selection, mode: str) -> list[Case]:
 
     def techniques_on(device: str) -> list[str]:
         chosen = selection.techniques
-        if chosen is None:
+        if chosen == [EVERY]:
+            chosen = default_techniques(device, mode)
+        elif chosen is None:
             # A profile's own list (the default's, the gate's) keeps what has this mode and, for a
             # device's default stacks, this device.
             own = None if profile.techniques is None else profile.techniques.get(mode, ())

@@ -22,6 +22,9 @@ class TimingPolicy:
     """Aim: the 95% confidence interval of the median within +-2% of it."""
     noisy_rel_iqr: float = 0.10
     """Flag a case noisy when its IQR exceeds this fraction of its median."""
+    max_preparations: int | None = None
+    """At most this many independent preparations of a case (Technique.preparations; None: as many
+    as the technique asks). A second one costs a second compile or calibration per case."""
 
     def with_overrides(
         self, budget_s: float | None = None, target_rel_ci: float | None = None
@@ -71,9 +74,30 @@ class Profile:
         return sizes.get(self.name) or sizes.get(self.batch_key)
 
 
+# One or two techniques of every family in each mode, and the stacks of autocast with channels_last:
+# what smoke and the gate run unless --techniques says otherwise (--techniques all: every one).
+EVERY_FAMILY: Mapping[str, tuple[str, ...]] = {
+    "inference": (
+        "eager",
+        "channels_last",
+        "bf16_autocast",
+        "fp16_autocast",
+        "compile",
+        "int8_dynamic",
+        "int8_static_fx",
+        "prune_l1_50",
+        "prune_channels_30",
+        "channels_last+bf16_autocast",
+        "channels_last+fp16_autocast",
+    ),
+    "training": ("eager", "bf16_autocast", "fp16_autocast", "activation_checkpoint", "grad_accum_2"),
+    "data": ("eager", "pin_memory", "workers_2+persistent_workers"),
+}
+
 SMOKE = Profile(
     "smoke",
-    "two small models, every technique, short timing: checks the harness (not fast: over 9 minutes cold on 2 cores)",
+    "two small models, one or two techniques of every family, short timing and one preparation a "
+    "case: checks the harness (--techniques all: every technique)",
     TimingPolicy(
         warmup_s=0.3,
         warmup_rounds=2,
@@ -81,41 +105,28 @@ SMOKE = Profile(
         budget_s=1.0,
         min_rounds=8,
         target_rel_ci=0.05,
+        # A harness check: a second compile or calibration per case would double the time of the
+        # cases that cost most (docs/measurement.md, step 5, says what one preparation misses).
+        max_preparations=1,
     ),
     converge_steps=30,
     pipeline_images=48,
-    # One batch a block: the smoke run checks the harness, and 13 paired data cases of 4-batch
-    # blocks would take several minutes more.
+    # One batch a block: the smoke run checks the harness, and with --techniques all its 13 paired
+    # data cases of 4-batch blocks would take several minutes more.
     pipeline_block_batches=1,
     image_task="digits",
     call_timeout_s=10.0,
+    techniques=EVERY_FAMILY,
 )
 
-# The gate's selection (docs/gate.md): smoke's models, shapes and timing, with one or two techniques
-# of every family in each mode, so that `optbench ab` on it fits a few minutes a side on 2 cores.
+# The gate's selection (docs/gate.md): smoke's models, shapes, timing and techniques, so that
+# `optbench ab` on it fits a few minutes a side on 2 cores.
 GATE = replace(
     SMOKE,
     name="gate",
     description="the pull-request gate's cases: smoke's models and timing, every family and mode, "
     "one or two techniques each",
     sizes_from="smoke",
-    techniques={
-        "inference": (
-            "eager",
-            "channels_last",
-            "bf16_autocast",
-            "fp16_autocast",
-            "compile",
-            "int8_dynamic",
-            "int8_static_fx",
-            "prune_l1_50",
-            "prune_channels_30",
-            "channels_last+bf16_autocast",
-            "channels_last+fp16_autocast",
-        ),
-        "training": ("eager", "bf16_autocast", "fp16_autocast", "activation_checkpoint", "grad_accum_2"),
-        "data": ("eager", "pin_memory", "workers_2+persistent_workers"),
-    },
 )
 
 # The default run: one model of each kind (a CNN, a mobile CNN, a ViT, a transformer encoder, an

@@ -50,9 +50,10 @@ SETTINGS: tuple[Setting, ...] = (
         "techniques",
         "list",
         "comma-separated technique names, wildcards ('*autocast') or families ('tag:precision'); join "
-        "names with '+' to stack them, e.g. channels_last+bf16_autocast+compile",
+        "names with '+' to stack them, e.g. channels_last+bf16_autocast+compile; 'all': every technique "
+        "and each device's default stacks, whatever the profile",
         "selection",
-        default_text="all, plus each device's default stacks",
+        default_text="the profile's own list (full: every technique and default stack)",
     ),
     Setting(
         "devices",

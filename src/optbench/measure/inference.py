@@ -208,7 +208,8 @@ def time_case(case: Case, weights: ModelWeights, setup: Setup, time_fn: TimeFn) 
             if eager is not None:
                 memory.read()  # the case's own peak: eager's calls below must not count in it
                 calls = [call]
-                for _ in range(tech.preparations - 1):  # after memory.read: not the case's own peak
+                cap = policy.max_preparations or tech.preparations
+                for _ in range(min(tech.preparations, cap) - 1):  # after memory.read: not its own peak
                     calls.append(_prepared_again(case, weights, setup, timed, targets, unlimited, policy))
                 paired = _time_against_eager(calls, eager, pilot, policy, time_fn)
                 samples = paired.case_samples

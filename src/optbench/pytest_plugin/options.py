@@ -88,13 +88,15 @@ def selection(config: pytest.Config) -> Any:
         from optbench.catalog.devices import available_devices
         from optbench.catalog.models import MODELS
         from optbench.catalog.techniques.stack import check_techniques
-        from optbench.matrix.case import Selection
+        from optbench.matrix.case import EVERY, Selection
 
         models = split(values["models"])
         techniques = split(values["techniques"])
         if models is not None:
             models = MODELS.expand(models, lambda spec: spec.tags)
-        if techniques is not None:
+        if techniques is not None and EVERY in techniques and len(techniques) > 1:
+            raise UsageProblem(f"--techniques {EVERY!r} stands alone: it already selects every technique")
+        if techniques is not None and techniques != [EVERY]:
             techniques = _expand_techniques(techniques)
             check_techniques(techniques)
         if models is None:

@@ -119,7 +119,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("speedup_ci95_high", "float", "speed", "x", "upper end of that interval; an interval holding 1.0 is no clear difference"),
     Column("speedup_method", "str", "speed", "", "how the speedup and its interval were found: paired (the case timed in ABBA blocks against eager in one process; median of the pairs' ratios, distribution-free order-statistic interval at 95% or more over the looks), bootstrap (the two cases timed apart; percentile bootstrap of the ratio of medians, assumes independent samples) or baseline (eager itself)"),
     Column("pairs", "int", "speed", "", "paired timing: pairs of blocks (case and eager) timed"),
-    Column("preparations", "int", "speed", "", "paired timing: independent preparations of the case that took turns against eager (2 for the compile and quantization families, whose prepared speed varies from one preparation to the next)"),
+    Column("preparations", "int", "speed", "", "paired timing: independent preparations of the case that took turns against eager (2 for the compile and quantization families, whose prepared speed varies from one preparation to the next; 1 in the smoke and gate profiles, which cap it)"),
     Column("preparation_spread", "float", "speed", "x", "with 2 or more preparations: the highest of their median speedups over the lowest (1.0: they agree); the speedup's interval holds this spread"),
     Column("stop_reason", "str", "speed", "", "paired timing: why it stopped: precise (interval within the target), decided (clearly above or below 1, or within 3% of it), hopeless (3x slower than eager or worse), budget, max_pairs"),
     Column("baseline_case_id", "str", "speed", "", "the eager case the speedup is against"),

@@ -168,6 +168,8 @@ def register_technique(cls: type[Technique]) -> type[Technique]:
         raise ValueError(f"technique {cls.name!r} has unknown family {cls.family!r}; families: {FAMILIES}")
     if "+" in cls.name:
         raise ValueError(f"technique name {cls.name!r} may not contain '+' (it joins techniques into stacks)")
+    if cls.name == "all":
+        raise ValueError("a technique may not be named 'all' (--techniques all selects every technique)")
     TECHNIQUES.add(cls.name, cls(), origin=inspect.getfile(cls))
     return cls
 
