@@ -132,3 +132,20 @@ def test_malloc_fixed_is_refused_in_one_line_where_it_cannot_apply(monkeypatch):
     ):
         check_malloc("--malloc", "fixed")
     check_malloc("--malloc", "inherit")  # inheriting is always possible
+
+
+def test_malloc_auto_fixes_glibcs_own_thresholds_and_leaves_every_other_choice_alone():
+    from optbench.catalog.allocator import auto_choice
+
+    assert auto_choice({}, False, libc="glibc")[0] == "fixed"
+    jemalloc = {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}
+    for environ, libc, in_ab, why in (
+        ({}, "glibc", True, "optbench ab chose"),  # ab's sessions run the allocator ab gave them
+        ({"MALLOC_MMAP_THRESHOLD_": "65536"}, "glibc", False, "environment sets"),
+        ({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1"}, "glibc", False, "environment sets"),
+        (jemalloc, "glibc", False, "libjemalloc.so.2 replaces glibc's malloc"),
+        ({}, "musl", False, "the C library is musl"),
+    ):
+        mode, reason = auto_choice(environ, in_ab, libc=libc)
+        assert mode == "inherit" and why in reason, (environ, libc, reason)
+    check_malloc("--malloc", "auto")  # never refused: it falls back to inherit

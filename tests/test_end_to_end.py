@@ -36,7 +36,7 @@ def collected_ids(*args: str, test: str = "inference") -> list[str]:
         (["--profile", "huge"], "ERROR: unknown profile 'huge'; valid profiles: smoke, default, full"),
         (
             ["--malloc", "jemalloc"],
-            "ERROR: unknown malloc mode 'jemalloc'; valid malloc modes: inherit, fixed",
+            "ERROR: unknown malloc mode 'jemalloc'; valid malloc modes: auto, fixed, inherit",
         ),
         (["--batch-sizes", "0"], "ERROR: --batch-sizes takes positive whole numbers"),
         (["--weights", "best"], "ERROR: unknown weights 'best'; valid weights: random, trained, pretrained"),
@@ -237,8 +237,6 @@ def smoke_run(tmp_path_factory):
         "smoke",
         "--techniques",  # every technique and default stack in each mode, not only smoke's list
         "all",
-        "--malloc",  # fixed thresholds: the smoke run's rows are checked under them too
-        "fixed",
     )
     out = run_bench(*args, cache=cache)
     return out, results, cache, args
@@ -306,7 +304,10 @@ def test_smoke_profile_writes_one_sane_row_per_case(smoke_run):
     assert set(frame["case_id"]) == SMOKE_IDS and len(frame) == len(SMOKE_IDS)
     assert set(frame["run_id"]) == {"smoke"}
     run = json.loads((results / "runs" / "smoke" / "run.json").read_text())
-    assert run["config"]["malloc"] == "fixed"  # which allocator thresholds its rows were timed under
+    # --malloc auto (the default) as it resolved here: the thresholds the rows were timed under
+    from optbench.catalog.allocator import auto_choice
+
+    assert run["config"]["malloc"] == auto_choice(os.environ, False)[0]
 
     passed = frame[frame["status"] == "passed"]
     skipped = frame[frame["status"] == "skipped"]
@@ -364,7 +365,7 @@ def test_smoke_rows_carry_accuracy_fidelity_and_status(smoke_run):
 def test_second_run_loads_the_cached_checkpoints(smoke_run, tmp_path):
     out, results, cache, args = smoke_run
     again = run_bench(
-        *args[:-2], "--run-id", "again", "--techniques", "eager", "-k", "not data_pipeline", cache=cache
+        *args, "--run-id", "again", "--techniques", "eager", "-k", "not data_pipeline", cache=cache
     )
     assert again.returncode == 0, again.stdout[-2000:]
     frame = load(results / "runs" / "again")

@@ -65,6 +65,24 @@ def unavailable() -> str | None:
     return None
 
 
+def auto_choice(environ: Mapping[str, str], in_ab_session: bool, libc: str | None = None) -> tuple[str, str]:
+    """`--malloc auto`: (`fixed` or `inherit`, why). Fixed where glibc's own malloc runs with its
+    defaults; left alone where the caller chose (MALLOC_* or GLIBC_TUNABLES thresholds, a preloaded
+    allocator), where it cannot be fixed, and in `optbench ab`'s sessions, which `ab` starts with the
+    allocator it chose (--malloc there) through their environment."""
+    if in_ab_session:
+        return "inherit", "optbench ab chose the allocator of its sessions"
+    name = platform.libc_ver()[0] if libc is None else libc
+    if name != "glibc":
+        return "inherit", f"the C library is {name or 'not glibc'}, and the thresholds are glibc malloc's"
+    if preloaded(environ):
+        return "inherit", f"LD_PRELOAD={preloaded(environ)} replaces glibc's malloc"
+    tunables = environ.get("GLIBC_TUNABLES", "")
+    if any(k in environ for k in NAMES) or "mmap_threshold" in tunables or "trim_threshold" in tunables:
+        return "inherit", "the environment sets glibc malloc's thresholds"
+    return "fixed", "glibc malloc's own thresholds, fixed so the run cannot settle into a regime of its own"
+
+
 def fix_thresholds() -> int:
     """Fix both thresholds in this process (mallopt) and return the bytes; raises RuntimeError, with
     the reason in words, where that cannot be done (unavailable(), or a mallopt that refuses).

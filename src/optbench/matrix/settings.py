@@ -151,13 +151,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "malloc",
         "str",
-        "glibc malloc's thresholds for this run: inherit (as the process started: glibc's adaptive ones "
-        "unless MALLOC_* variables or a preloaded allocator say otherwise) or fixed (mmap and trim "
-        "thresholds fixed before any model is built, so the process cannot settle into a slow regime of "
-        "its own; docs/harness-honesty.md). run.json records it and the allocator variables",
+        "glibc malloc's thresholds for this run: fixed (mmap and trim thresholds fixed before any model "
+        "is built, so the process cannot settle into a slow regime of its own; docs/harness-honesty.md), "
+        "inherit (as the process started: glibc's adaptive ones unless MALLOC_* variables or a preloaded "
+        "allocator say otherwise) or auto (fixed, unless the environment sets the thresholds, preloads "
+        "another allocator or runs another C library, or optbench ab started the run). run.json records "
+        "the one applied and the allocator variables",
         "timing",
-        default="inherit",
-        choices=("inherit", "fixed"),
+        default="auto",
+        choices=("auto", "fixed", "inherit"),
         noun="malloc mode",
         check=check_malloc,
         in_manifest=True,

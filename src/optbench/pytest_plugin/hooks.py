@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -198,7 +200,16 @@ def pytest_collection_modifyitems(
 
     capture = config.pluginmanager.getplugin("capturemanager")
     option = option_values(config, profile)  # the profile's own where an option was left unset
-    if option["malloc"] == "fixed":  # before any model is built (checked in pytest_configure)
+    malloc = option["malloc"]
+    if malloc == "auto":
+        from optbench.catalog.allocator import auto_choice
+
+        in_ab = config.pluginmanager.get_plugin("optbench_lockstep") is not None
+        malloc, why = auto_choice(os.environ, in_ab)
+        if malloc == "inherit" and not in_ab:
+            print(f"optbench: malloc left as the process started it: {why}", file=sys.stderr)
+    state["malloc"] = malloc  # the one applied, for run.json
+    if malloc == "fixed":  # before any model is built (checked in pytest_configure)
         from optbench.catalog.allocator import fix_thresholds
 
         try:

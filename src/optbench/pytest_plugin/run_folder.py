@@ -72,6 +72,8 @@ def _write_manifest(
     selection = {k: v for k, v in asdict(chosen).items() if k not in ("shard", "models_given")}
     options = (*MANIFEST_OPTIONS, "keyword", "markexpr")  # the in_manifest options, then pytest's -k and -m
     settings = {name: getattr(config.option, name, None) for name in options}
+    if "malloc" in state:  # `auto` resolved: the thresholds the rows were timed under
+        settings["malloc"] = state["malloc"]
     cases = [case.id for case in _cases(items).values()]
     info = machine_info()
     Manifest(
