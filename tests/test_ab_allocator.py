@@ -149,3 +149,26 @@ def test_malloc_auto_fixes_glibcs_own_thresholds_and_leaves_every_other_choice_a
         mode, reason = auto_choice(environ, in_ab, libc=libc)
         assert mode == "inherit" and why in reason, (environ, libc, reason)
     check_malloc("--malloc", "auto")  # never refused: it falls back to inherit
+
+
+def test_malloc_auto_falls_back_to_inherit_where_glibc_refuses_and_fixed_is_refused(monkeypatch, capsys):
+    import optbench.catalog.allocator as allocator
+    from optbench.pytest_plugin.hooks import _apply_malloc
+
+    class Plugins:
+        def get_plugin(self, name):
+            return None
+
+    class Config:
+        pluginmanager = Plugins()
+
+    def refuse():
+        raise RuntimeError("glibc 2.36 refused mallopt(-3, 1073741824)")
+
+    monkeypatch.setattr(allocator, "fix_thresholds", refuse)
+    monkeypatch.setattr(allocator, "auto_choice", lambda environ, in_ab: ("fixed", "glibc's own"))
+    assert _apply_malloc(Config(), "auto") == "inherit"
+    assert "malloc left as the process started it: glibc 2.36 refused" in capsys.readouterr().err
+    with pytest.raises(pytest.UsageError, match="^--malloc fixed: glibc 2.36 refused"):
+        _apply_malloc(Config(), "fixed")
+    assert _apply_malloc(Config(), "inherit") == "inherit"

@@ -235,6 +235,8 @@ def test_asked_for_reads_the_selection_from_the_manifests():
     base = manifest(["a", "b"])
     assert asked_for(base, manifest(["a"])) == {"a", "b"}  # same selection: b is still asked for
     assert asked_for(base, manifest(["a"], models="m")) == {"a"}  # another selection
+    # the allocator's thresholds change timing, not the selection: b is still asked for
+    assert asked_for(manifest(["a", "b"], malloc="inherit"), manifest(["a"], malloc="fixed")) == {"a", "b"}
     assert asked_for(base, manifest(["a"], shard="1/2")) == {"a"}  # one shard asks for its own
     assert asked_for(base, None) is None and asked_for(None, manifest(["a"])) == {"a"}
 

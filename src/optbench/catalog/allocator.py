@@ -5,8 +5,8 @@ frees such buffers. A training step frees and reallocates many multi-megabyte bu
 settles into a fast regime (buffers reused from the heap) or a slow one (mapped and faulted in anew at
 every step), by its history alone: up to 25% of the LSTM's training step between two processes of
 identical code (docs/harness-honesty.md, "glibc's allocator"). Fixing both thresholds takes the
-choice away. `optbench ab` does it through both sessions' environment; `pytest bench/ --malloc fixed`
-does it in its own process, before any model is built.
+choice away. `optbench ab` does it through both sessions' environment; `pytest bench/` does it in its
+own process, before any model is built, by default (`--malloc auto`; `fixed` insists, `inherit` opts out).
 """
 
 from __future__ import annotations

@@ -333,6 +333,11 @@ def apply_confirmation(verdicts: list[Verdict], second: list[Verdict], measured:
         v.reason += f"; measured again: {seen}" + ("" if v.confirmed else " (not confirmed: does not fail)")
 
 
+NOT_SELECTING = frozenset({"malloc"})
+"""Recorded settings that change how a case is timed, never which cases a run asks for: two runs that
+differ only there (a baseline from before `--malloc auto`, a runner with LD_PRELOAD) ask for the same."""
+
+
 def asked_for(base: Any, head: Any) -> set[str] | None:
     """The case ids the candidate run's selection asks for, from the two runs' manifests (`Manifest`
     or None): the candidate's own cases, and the baseline's when both were asked with the same
@@ -340,6 +345,10 @@ def asked_for(base: Any, head: Any) -> set[str] | None:
     if head is None:
         return None
     asked = set(head.cases)
-    if base is not None and head.shard is None and base.config == head.config:
+
+    def selecting(config: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in config.items() if k not in NOT_SELECTING}
+
+    if base is not None and head.shard is None and selecting(base.config) == selecting(head.config):
         asked |= set(base.cases)
     return asked

@@ -200,22 +200,7 @@ def pytest_collection_modifyitems(
 
     capture = config.pluginmanager.getplugin("capturemanager")
     option = option_values(config, profile)  # the profile's own where an option was left unset
-    malloc = option["malloc"]
-    if malloc == "auto":
-        from optbench.catalog.allocator import auto_choice
-
-        in_ab = config.pluginmanager.get_plugin("optbench_lockstep") is not None
-        malloc, why = auto_choice(os.environ, in_ab)
-        if malloc == "inherit" and not in_ab:
-            print(f"optbench: malloc left as the process started it: {why}", file=sys.stderr)
-    state["malloc"] = malloc  # the one applied, for run.json
-    if malloc == "fixed":  # before any model is built (checked in pytest_configure)
-        from optbench.catalog.allocator import fix_thresholds
-
-        try:
-            fix_thresholds()
-        except RuntimeError as error:
-            raise pytest.UsageError(f"--malloc fixed: {error}") from None
+    state["malloc"] = _apply_malloc(config, option["malloc"])  # the one applied, for run.json
     state["run"] = RunState(
         run_id=run_id,
         writer=writer,
@@ -363,6 +348,29 @@ def optbench_run(request: pytest.FixtureRequest, benchmark: Any) -> Callable[[An
         return row
 
     return run
+
+
+def _apply_malloc(config: pytest.Config, malloc: str) -> str:
+    """Fix glibc malloc's thresholds for --malloc fixed, and for auto where nothing else chose
+    (catalog.allocator.auto_choice), before any model is built; the mode applied. `fixed` that
+    cannot apply is refused in one line (checked in pytest_configure too); `auto` falls back."""
+    from optbench.catalog.allocator import auto_choice, fix_thresholds
+
+    asked = malloc
+    if malloc == "auto":
+        in_ab = config.pluginmanager.get_plugin("optbench_lockstep") is not None
+        malloc, why = auto_choice(os.environ, in_ab)
+        if malloc == "inherit" and not in_ab:
+            print(f"optbench: malloc left as the process started it: {why}", file=sys.stderr)
+    if malloc == "fixed":
+        try:
+            fix_thresholds()
+        except RuntimeError as error:
+            if asked == "fixed":
+                raise pytest.UsageError(f"--malloc fixed: {error}") from None
+            print(f"optbench: malloc left as the process started it: {error}", file=sys.stderr)
+            return "inherit"
+    return malloc
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
