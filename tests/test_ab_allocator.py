@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import subprocess
 import sys
 
@@ -137,7 +138,7 @@ def test_malloc_fixed_is_refused_in_one_line_where_it_cannot_apply(monkeypatch):
 def test_malloc_auto_fixes_glibcs_own_thresholds_and_leaves_every_other_choice_alone():
     from optbench.catalog.allocator import auto_choice
 
-    assert auto_choice({}, False, libc="glibc")[0] == "fixed"
+    assert auto_choice({}, False, libc="glibc", glibc_malloc=True)[0] == "fixed"
     jemalloc = {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}
     for environ, libc, in_ab, why in (
         ({}, "glibc", True, "optbench ab chose"),  # ab's sessions run the allocator ab gave them
@@ -146,9 +147,48 @@ def test_malloc_auto_fixes_glibcs_own_thresholds_and_leaves_every_other_choice_a
         (jemalloc, "glibc", False, "libjemalloc.so.2 replaces glibc's malloc"),
         ({}, "musl", False, "the C library is musl"),
     ):
-        mode, reason = auto_choice(environ, in_ab, libc=libc)
+        mode, reason = auto_choice(environ, in_ab, libc=libc, glibc_malloc=True)
         assert mode == "inherit" and why in reason, (environ, libc, reason)
     check_malloc("--malloc", "auto")  # never refused: it falls back to inherit
+
+
+_SHIM = """
+#include <stddef.h>
+extern void *__libc_malloc(size_t); extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t); extern void *__libc_realloc(void *, size_t);
+void *malloc(size_t n) { return __libc_malloc(n); }
+void free(void *p) { __libc_free(p); }
+void *calloc(size_t a, size_t b) { return __libc_calloc(a, b); }
+void *realloc(void *p, size_t n) { return __libc_realloc(p, n); }
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc is what is looked for")
+def test_malloc_auto_leaves_an_allocator_preloaded_under_any_name_alone(tmp_path):
+    """An interposed malloc under a name optbench does not know (PRELOADED) is seen from the symbol
+    the process resolves, not from LD_PRELOAD's text."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build a malloc shim with")
+    (tmp_path / "shim.c").write_text(_SHIM)
+    shim = tmp_path / "libplainname.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "shim.c")], check=True)
+    probe = (
+        "import os; from optbench.catalog.allocator import auto_choice, malloc_is_glibcs; "
+        "print(malloc_is_glibcs(), *auto_choice(os.environ, False), sep='|')"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    plain = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert plain.stdout.split("|")[:2] == ["True", "fixed"], plain.stdout
+    shimmed = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**env, "LD_PRELOAD": str(shim)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    glibcs, mode, why = shimmed.stdout.strip().split("|")
+    assert (glibcs, mode) == ("False", "inherit") and "malloc is not glibc's" in why, shimmed.stdout
 
 
 def test_malloc_auto_falls_back_to_inherit_where_glibc_refuses_and_fixed_is_refused(monkeypatch, capsys):

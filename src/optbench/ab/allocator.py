@@ -16,7 +16,15 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from optbench.catalog.allocator import FIXED_BYTES, NAMES, OLD_GLIBC_BYTES, PRELOADED, fixed_bytes, preloaded
+from optbench.catalog.allocator import (
+    FIXED_BYTES,
+    NAMES,
+    OLD_GLIBC_BYTES,
+    PRELOADED,
+    fixed_bytes,
+    preloaded,
+    sets_thresholds,
+)
 from optbench.catalog.allocator import settings as user_settings
 
 __all__ = [
@@ -64,11 +72,6 @@ class Allocator:
         return {"mode": self.mode, "environment": dict(self.environment)}
 
 
-def _sets_thresholds(environ: Mapping[str, str]) -> bool:
-    tunables = environ.get("GLIBC_TUNABLES", "")
-    return any(k in environ for k in NAMES) or "mmap_threshold" in tunables or "trim_threshold" in tunables
-
-
 def choose(mode: str, environ: Mapping[str, str], libc: tuple[str, str] | None = None) -> Allocator:
     """The settings for `--malloc mode`, given the C library (name, version; default this one's).
     What the caller already chose is kept as it is: their thresholds (overriding half of them would
@@ -79,7 +82,7 @@ def choose(mode: str, environ: Mapping[str, str], libc: tuple[str, str] | None =
         return Allocator("not glibc", {}, own)
     if preloaded(environ):
         return Allocator("preloaded", {}, own)
-    if _sets_thresholds(environ):
+    if sets_thresholds(environ):
         return Allocator("user", {}, own)
     if mode == "inherit":
         return Allocator("inherit", {}, own)

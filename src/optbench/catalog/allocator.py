@@ -54,31 +54,54 @@ def preloaded(environ: Mapping[str, str]) -> str | None:
     return preload if any(name in preload for name in PRELOADED) else None
 
 
-def unavailable() -> str | None:
-    """Why this process's thresholds cannot be fixed, in words, or None when they can."""
-    name = platform.libc_ver()[0]
+def sets_thresholds(environ: Mapping[str, str]) -> bool:
+    """Whether `environ` sets glibc malloc's thresholds itself (MALLOC_* or GLIBC_TUNABLES)."""
+    tunables = environ.get("GLIBC_TUNABLES", "")
+    return any(k in environ for k in NAMES) or "mmap_threshold" in tunables or "trim_threshold" in tunables
+
+
+def malloc_is_glibcs() -> bool:
+    """Whether this process's `malloc` is glibc's own. An allocator preloaded or linked in under any
+    name (not only those in PRELOADED) comes first in the global symbol search, so the address the
+    process resolves differs from the one in libc itself. True where that cannot be read."""
+    try:
+        default = ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value
+        own = ctypes.cast(ctypes.CDLL("libc.so.6").malloc, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return True
+    return default == own
+
+
+def unavailable(
+    environ: Mapping[str, str] | None = None, libc: str | None = None, glibc_malloc: bool | None = None
+) -> str | None:
+    """Why the thresholds cannot be fixed, in words, or None when they can. Defaults: this process's
+    environment, C library and malloc (malloc_is_glibcs)."""
+    environ = os.environ if environ is None else environ
+    name = platform.libc_ver()[0] if libc is None else libc
     if name != "glibc":
         return f"the C library is {name or 'not glibc'}, and the thresholds are glibc malloc's"
-    other = preloaded(os.environ)
+    other = preloaded(environ)
     if other:
         return f"LD_PRELOAD={other} replaces glibc's malloc, so its thresholds do nothing"
+    if not (malloc_is_glibcs() if glibc_malloc is None else glibc_malloc):
+        return "this process's malloc is not glibc's (an allocator preloaded or linked in), so its thresholds do nothing"
     return None
 
 
-def auto_choice(environ: Mapping[str, str], in_ab_session: bool, libc: str | None = None) -> tuple[str, str]:
+def auto_choice(
+    environ: Mapping[str, str], in_ab_session: bool, libc: str | None = None, glibc_malloc: bool | None = None
+) -> tuple[str, str]:
     """`--malloc auto`: (`fixed` or `inherit`, why). Fixed where glibc's own malloc runs with its
-    defaults; left alone where the caller chose (MALLOC_* or GLIBC_TUNABLES thresholds, a preloaded
+    defaults; left alone where the caller chose (MALLOC_* or GLIBC_TUNABLES thresholds, another
     allocator), where it cannot be fixed, and in `optbench ab`'s sessions, which `ab` starts with the
     allocator it chose (--malloc there) through their environment."""
     if in_ab_session:
         return "inherit", "optbench ab chose the allocator of its sessions"
-    name = platform.libc_ver()[0] if libc is None else libc
-    if name != "glibc":
-        return "inherit", f"the C library is {name or 'not glibc'}, and the thresholds are glibc malloc's"
-    if preloaded(environ):
-        return "inherit", f"LD_PRELOAD={preloaded(environ)} replaces glibc's malloc"
-    tunables = environ.get("GLIBC_TUNABLES", "")
-    if any(k in environ for k in NAMES) or "mmap_threshold" in tunables or "trim_threshold" in tunables:
+    reason = unavailable(environ, libc, glibc_malloc)
+    if reason:
+        return "inherit", reason
+    if sets_thresholds(environ):
         return "inherit", "the environment sets glibc malloc's thresholds"
     return "fixed", "glibc malloc's own thresholds, fixed so the run cannot settle into a regime of its own"
 

@@ -165,7 +165,7 @@ DEFAULT = Profile(
             "prune_channels_30+int8_static_fx",
             "prune_l1_50+int8_dynamic",
         ),
-        "training": ("eager", "bf16_autocast", "fp16_autocast", "activation_checkpoint", "grad_accum_2"),
+        "training": EVERY_FAMILY["training"],  # every training technique already
         "data": ("eager", "pin_memory", "decode_jpeg", "workers_2", "workers_2+persistent_workers"),
     },
 )
