@@ -427,6 +427,27 @@ def test_cli_compare_fails_on_a_case_that_stopped_working_or_disappeared(tmp_pat
     assert main(["compare", base, alone]) == EXIT_OK
 
 
+def test_cli_compare_names_runs_timed_under_other_allocator_settings(tmp_path, capsys):
+    """The allocator changes absolute latency, never which cases run: the runs are still compared, and
+    the summary says what differed."""
+    from optbench.results.manifest import Manifest
+
+    cases = ["m-eager-cpu-bs8", "m-x-cpu-bs8"]
+    base = _run(tmp_path / "base", [row(), row("x", 50)])
+    head = _run(tmp_path / "head", [row(), row("x", 50)])
+    Manifest("base", "sha", {"malloc": "inherit"}, cases, 2).write(Path(base))
+    Manifest("head", "sha", {"malloc": "fixed"}, cases, 2, environment={"LD_PRELOAD": "libx.so"}).write(
+        Path(head)
+    )
+    assert main(["compare", base, head]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "- `malloc`: baseline inherit, this run fixed" in out
+    assert "- `LD_PRELOAD`: baseline -, this run libx.so" in out
+    Manifest("head", "sha", {"malloc": "inherit"}, cases, 2).write(Path(head))
+    assert main(["compare", base, head]) == EXIT_OK
+    assert "Environment differences" not in capsys.readouterr().out
+
+
 def test_runs_with_nothing_to_compare_are_bad_input_never_a_pass(tmp_path, capsys):
     base = _run(tmp_path / "base", [row(), row("x", 50)])
     other = _run(tmp_path / "other", [row(model="n"), row("x", 50, model="n")])

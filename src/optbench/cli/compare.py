@@ -15,7 +15,7 @@ from optbench.errors import UsageProblem
 def compare(args: argparse.Namespace) -> int:
     from optbench.gate.config import load_gate_config
     from optbench.gate.exports import bencher_metric_format, github_action_benchmark
-    from optbench.gate.render import markdown, verdicts_json
+    from optbench.gate.render import markdown, timing_differences, verdicts_json
     from optbench.gate.verdicts import asked_for, failed, nothing_gated
     from optbench.gate.verdicts import compare as judge
     from optbench.results import load, refuse_impossible
@@ -24,12 +24,13 @@ def compare(args: argparse.Namespace) -> int:
     config = load_gate_config(Path(args.config) if args.config else Path("pyproject.toml"), bool(args.config))
     base = refuse_impossible(load(args.baseline), args.baseline)
     head = refuse_impossible(load(args.candidate), args.candidate)
-    asked = asked_for(manifest_near(args.baseline), manifest_near(args.candidate))
+    manifests = manifest_near(args.baseline), manifest_near(args.candidate)
+    asked = asked_for(*manifests)
     verdicts = judge(base, head, config, asked)
     empty = nothing_gated(verdicts)
     if empty:
         raise UsageProblem(empty)
-    text = markdown(verdicts, base, head)
+    text = markdown(verdicts, base, head, timing_differences(*manifests))
     print(text, end="")
     write_output(args.markdown, text)
     write_output(args.json, verdicts_json(verdicts))

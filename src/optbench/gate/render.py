@@ -14,6 +14,7 @@ from optbench.gate.verdicts import (
     MISSING,
     NEW,
     NOT_COMPARABLE,
+    NOT_SELECTING,
     REGRESSED,
     UNCHANGED,
     Verdict,
@@ -67,6 +68,24 @@ def environment_differences(base: pd.DataFrame, head: pd.DataFrame) -> list[str]
     return lines
 
 
+def timing_differences(base: Any, head: Any) -> list[str]:
+    """What two runs' manifests (`Manifest` or None) record differently about how cases were timed,
+    not which: the allocator mode (`--malloc`) and the speed-changing environment (malloc tunables,
+    LD_PRELOAD, thread counts). Either can move absolute latency by up to a quarter on its own."""
+    if base is None or head is None:
+        return []
+    lines = []
+    for key in sorted(NOT_SELECTING):
+        b, h = base.config.get(key), head.config.get(key)
+        if b != h:
+            lines.append(f"- `{key}`: baseline {b or '-'}, this run {h or '-'}")
+    for key in sorted(set(base.environment) | set(head.environment)):
+        b, h = base.environment.get(key), head.environment.get(key)
+        if b != h:
+            lines.append(f"- `{key}`: baseline {b or '-'}, this run {h or '-'}")
+    return lines
+
+
 def noise_warnings(head: pd.DataFrame) -> list[str]:
     if "noisy" not in head:
         return []
@@ -75,8 +94,12 @@ def noise_warnings(head: pd.DataFrame) -> list[str]:
 
 
 def markdown(
-    verdicts: list[Verdict], base: pd.DataFrame | None = None, head: pd.DataFrame | None = None
+    verdicts: list[Verdict],
+    base: pd.DataFrame | None = None,
+    head: pd.DataFrame | None = None,
+    timing: list[str] | None = None,
 ) -> str:
+    """The gate's summary. `timing`: timing_differences of the two runs' manifests."""
     lines = [f"## {headline(verdicts)}", ""]
     # Another machine makes every case's absolute latency and memory not comparable: one line, not
     # two table rows per case.
@@ -115,7 +138,7 @@ def markdown(
             f"({machine[0].reason}; the latency relative to eager fp32 is gated).",
         ]
     if base is not None and head is not None:
-        env = environment_differences(base, head)
+        env = environment_differences(base, head) + (timing or [])
         if env:
             lines += [
                 "",

@@ -27,7 +27,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if baseline is None or run is None or not run.rows:
         return
     from optbench.gate.config import load_gate_config
-    from optbench.gate.render import markdown, verdicts_json
+    from optbench.gate.render import markdown, timing_differences, verdicts_json
     from optbench.gate.verdicts import (
         apply_confirmation,
         asked_for,
@@ -45,7 +45,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     except (FileNotFoundError, UsageProblem) as error:
         _gate_input_error(session, state, str(error))
         return
-    asked = asked_for(manifest_near(baseline), manifest_near(state["run_dir"]))
+    manifests = manifest_near(baseline), manifest_near(state["run_dir"])
+    asked = asked_for(*manifests)
     verdicts = compare(base, head, gate_config, asked)
     empty = nothing_gated(verdicts)
     if empty:  # never a pass: the run's rows stay, the gate says why it could not judge
@@ -63,7 +64,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         folder, measured = remeasure(run, cases, order, state["run_dir"], budget)
         if measured:
             apply_confirmation(verdicts, compare(base, load(folder), gate_config), measured)
-    text = markdown(verdicts, base, head)
+    text = markdown(verdicts, base, head, timing_differences(*manifests))
     (state["run_dir"] / "gate.md").write_text(text, encoding="utf-8")
     (state["run_dir"] / "gate.json").write_text(verdicts_json(verdicts), encoding="utf-8")
     state["gate"] = text
