@@ -4,7 +4,8 @@ nothing many times; prints the figures, asserts nothing. A timing job: run nothi
     python scripts/repeatability.py --noop 40 -- bench/test_inference.py --profile smoke --devices cpu
 
 For each case: the speedup and its interval in both runs, the three-way verdict (faster: the interval
-lies above 1; slower: below 1; no clear difference: it holds 1) in both, and whether the second
+lies above 1.03; slower: below 1/1.03; no clear difference: it reaches within 3% of 1, as
+optbench.results.derive.speed_verdict) in both, and whether the second
 run's speedup lies inside the first run's interval; in the totals also how often the two intervals
 overlap and how often the second speedup lies inside the first run's prediction interval for a
 repeat (see _in_prediction_interval). Per model: whether the recommended technique is the same in
@@ -56,9 +57,9 @@ def run(args: list[str], out: Path, run_id: str, cache: Path) -> tuple[float, Pa
 
 
 def verdict(low: float, high: float) -> str:
-    if math.isnan(low) or math.isnan(high):
-        return "unknown"
-    return "faster" if low > 1 else "slower" if high < 1 else "no clear difference"
+    from optbench.results.derive import speed_verdict  # the product's own verdict, margin included
+
+    return speed_verdict(low, high)
 
 
 def _in_prediction_interval(first, speedup: float) -> bool:

@@ -119,7 +119,15 @@ def test_a_winner_whose_interval_holds_one_is_no_clear_gain_over_eager():
     (rec,) = recommend(frame([row("eager", 1.0, 1.0, 1.0), row("channels_last", 1.05, 0.97, 1.12)]))
     assert rec.verdict == UNCLEAR
     assert rec.runner_up is not None and rec.runner_up.technique == "eager"
-    assert "holds 1.0" in rec.reason
+    assert "reaches within 3% of 1.0" in rec.reason
+
+
+def test_a_gain_shown_only_within_the_margin_is_no_clear_gain():
+    """[1.01, 1.06] is above 1.0 but not above 1.03: a gain of under 3% is not worth a technique."""
+    (rec,) = recommend(frame([row("eager", 1.0, 1.0, 1.0), row("channels_last", 1.04, 1.01, 1.06)]))
+    assert rec.verdict == UNCLEAR and "reaches within 3% of 1.0" in rec.reason
+    (rec,) = recommend(frame([row("eager", 1.0, 1.0, 1.0), row("channels_last", 1.08, 1.04, 1.12)]))
+    assert rec.verdict == CLEAR
 
 
 def test_nothing_faster_than_eager_keeps_eager():
@@ -396,7 +404,7 @@ def test_eager_stays_the_reference_when_a_limit_excludes_it():
     ]
     (rec,) = recommend(frame(rows), Limits(max_size_mb=20))
     assert rec.excluded == {"over size limit": ["eager"]}
-    assert rec.verdict == UNCLEAR and "holds 1.0" in rec.reason
+    assert rec.verdict == UNCLEAR and "reaches within 3% of 1.0" in rec.reason
 
 
 def test_many_candidates_widen_the_intervals_until_the_top_two_overlap():

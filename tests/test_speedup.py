@@ -26,3 +26,15 @@ def test_the_interval_is_seeded_and_unknown_without_samples():
     assert speedup_interval(base, case) == speedup_interval(base, case)
     low, high = speedup_interval([10.0], case)
     assert np.isnan(low) and clear_difference(low, high) is None
+
+
+def test_the_verdict_needs_the_interval_beyond_the_margin_on_either_side():
+    from optbench.results.derive import MARGIN, speed_verdict
+
+    assert MARGIN == 0.03
+    assert speed_verdict(1.04, 1.2) == "faster" and speed_verdict(0.8, 0.95) == "slower"
+    # wholly above 1.0 or below it, but reaching into 0.971-1.03: no difference that counts
+    assert speed_verdict(1.01, 1.2) == "no clear difference" and clear_difference(1.01, 1.2) is False
+    assert speed_verdict(0.8, 0.98) == "no clear difference"
+    assert speed_verdict(0.99, 1.02) == "no clear difference"  # within the margin: no gain
+    assert speed_verdict(float("nan"), 1.2) == "unknown" and speed_verdict(None, None) == "unknown"

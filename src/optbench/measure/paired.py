@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 
 from scipy import stats
 
+from optbench.results.derive import MARGIN  # a speedup within 3% of 1 is no difference that matters
+
 LOOKS = (10, 16, 24, 32, 48, 64, 96)
 """Pair counts at which a case may stop (a fixed schedule: its error rate is known, see above)."""
 ALPHA = 0.05
-MARGIN = 0.03
-"""A speedup within 3% of 1 is no difference that matters; outside it by the interval, decided."""
 HOPELESS = 1 / 3
 """At or below this speedup a case is hopeless: at least three times slower than eager."""
 BLOCK_S = 0.05

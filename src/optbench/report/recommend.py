@@ -4,9 +4,10 @@ the accuracy floor (and a size or memory limit when given), with the runner-up a
 "Faster" is judged with the speedup's interval, not its point value, adjusted for the number of
 candidates compared (Bonferroni: each 95% interval widened on the log scale by z(1 - 0.05/2k) /
 z(0.975), which assumes the estimate is roughly normal on that scale). Eager fp32 is always the
-reference, even when a limit excludes it: the winner's adjusted interval must lie above 1.0, and when
-it overlaps the runner-up's the answer is "no clear winner". A candidate needs accuracy evidence within
-the floor (accuracy_verdict "within floor"); an unclear or unmeasured accuracy rules it out."""
+reference, even when a limit excludes it: the winner's adjusted interval must lie above 1.03 (a gain
+of more than optbench.results.derive.MARGIN), and when it overlaps the runner-up's the answer is "no
+clear winner". A candidate needs accuracy evidence within the floor (accuracy_verdict "within
+floor"); an unclear or unmeasured accuracy rules it out."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from statistics import NormalDist
 
 import pandas as pd
 
+from optbench.results.derive import MARGIN
 from optbench.results.schema import AccuracyVerdict, Status
 from optbench.results.values import number
 
@@ -178,9 +180,12 @@ def recommend_group(rows: pd.DataFrame, limits: Limits) -> Recommendation:
     elif best.technique == "eager":
         verdict = KEEP_EAGER
         reason = "no technique was faster than eager fp32 within the limits"
-    elif best.low is None or best.low <= 1.0:  # eager is the reference even when a limit excludes it
+    elif best.low is None or best.low <= 1 + MARGIN:  # eager is the reference even when a limit excludes it
         verdict, runner = UNCLEAR, eager
-        reason = f"{best.technique} {best.interval()}: its interval holds 1.0, no clear gain over eager fp32"
+        reason = (
+            f"{best.technique} {best.interval()}: its interval reaches within {MARGIN:.0%} of 1.0, no clear "
+            "gain over eager fp32"
+        )
     elif runner is not None and _overlap(best, runner):
         verdict = UNCLEAR
         reason = f"{best.technique} {best.interval()} and {runner.technique} {runner.interval()} overlap"

@@ -8,13 +8,13 @@ import pandas as pd
 
 from optbench.report.cells import ACCURACY_FLAGS, cell
 from optbench.report.tables import notes
-from optbench.results.derive import clear_difference
+from optbench.results.derive import MARGIN, clear_difference
 from optbench.results.schema import Status
 from optbench.results.values import number as _num
 
 
 def _unclear(row: pd.Series) -> bool:
-    """A speedup whose 95% interval holds 1.0: no clear difference from eager fp32."""
+    """A speedup whose 95% interval reaches within MARGIN (3%) of 1.0: no clear difference from eager fp32."""
     if row.get("technique") == "eager":
         return False
     return clear_difference(_num(row.get("speedup_ci95_low")), _num(row.get("speedup_ci95_high"))) is False
@@ -79,7 +79,7 @@ def comparison_table(frame: pd.DataFrame) -> str:
         return "(no cases)"
     legend = (
         "cells: speedup vs eager fp32, then median latency; = no clear difference (the speedup's 95% "
-        "interval holds 1.0); ~ noisy (IQR > 10% of median); skip/FAILED/OOM: see reasons"
+        f"interval reaches within {MARGIN:.0%} of 1.0); ~ noisy (IQR > 10% of median); skip/FAILED/OOM: see reasons"
     )
     text = f"{_pivot(frame, _cell)}\n{legend}"
     if "top1" in frame.columns and frame["top1"].notna().any():
@@ -108,7 +108,10 @@ def unclear_speedups(frame: pd.DataFrame) -> str:
         f"{r.case_id} {r.speedup:.2f}x [{r.speedup_ci95_low:.2f}, {r.speedup_ci95_high:.2f}]"
         for r in rows.itertuples()
     )
-    return f"no clear difference from eager fp32 (95% interval of the speedup holds 1.0) ({len(rows)}):\n    {cases}"
+    return (
+        f"no clear difference from eager fp32 (the speedup's 95% interval reaches within {MARGIN:.0%} of "
+        f"1.0) ({len(rows)}):\n    {cases}"
+    )
 
 
 def above_ceiling(frame: pd.DataFrame) -> str:

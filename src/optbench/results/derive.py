@@ -58,11 +58,29 @@ def speedup_columns(
     return columns
 
 
-def clear_difference(low: float | None, high: float | None) -> bool | None:
-    """False when the interval contains 1.0 (no clear difference from eager fp32); None if unknown."""
+MARGIN = 0.03
+"""The smallest speedup that counts: within 3% of 1.0 (0.971x to 1.03x) a difference is none a user
+would act on, and a ratio moves by a few percent between two processes of the same code on its own
+(docs/measurement.md, "What counts as faster"). The paired stop rule (optbench.measure.paired), the
+summary's marks and the recommendation all use it."""
+
+FASTER, SLOWER, NO_CLEAR, UNKNOWN = "faster", "slower", "no clear difference", "unknown"
+
+
+def speed_verdict(low: float | None, high: float | None, margin: float = MARGIN) -> str:
+    """The three-way verdict of a speedup's 95% interval against eager fp32: faster when it lies wholly
+    above 1 + margin, slower when wholly below 1 / (1 + margin), no clear difference otherwise (it
+    reaches into the margin: no gain, or none shown); unknown without an interval."""
     if low is None or high is None or np.isnan(low) or np.isnan(high):
-        return None
-    return not (low <= 1.0 <= high)
+        return UNKNOWN
+    return FASTER if low > 1 + margin else SLOWER if high < 1 / (1 + margin) else NO_CLEAR
+
+
+def clear_difference(low: float | None, high: float | None, margin: float = MARGIN) -> bool | None:
+    """False when the interval reaches within `margin` of 1.0 (no clear difference from eager fp32,
+    speed_verdict); None if unknown."""
+    verdict = speed_verdict(low, high, margin)
+    return None if verdict == UNKNOWN else verdict != NO_CLEAR
 
 
 class _Precision(Protocol):
