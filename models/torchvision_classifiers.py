@@ -15,12 +15,13 @@ _TASK_RESOLUTION = 32
 _RECIPES = {
     "resnet18": TrainRecipe(target_top1=0.95, max_epochs=4, lr=3e-3),
     "resnet50": TrainRecipe(target_top1=0.92, max_epochs=4, lr=3e-3),
-    # 4 epochs of the hard digits leave MobileNetV3 at 0.47 top-1; 8 reach 0.74 (docs/accuracy.md).
-    "mobilenet_v3_large": TrainRecipe(target_top1=0.88, max_epochs=4, lr=3e-3, task_epochs=8),
+    # 4 epochs of the hard digits leave MobileNetV3 at 0.47 top-1; 10 reach 0.75 (docs/accuracy.md).
+    "mobilenet_v3_large": TrainRecipe(target_top1=0.88, max_epochs=4, lr=3e-3, task_epochs=10),
     "efficientnet_b0": TrainRecipe(target_top1=0.88, max_epochs=6, lr=5e-3),
     "vit_b_16": TrainRecipe(target_top1=0.85, max_epochs=3, lr=3e-4, autocast="bfloat16"),
-    # From scratch on the hard digits a ViT needs a low learning rate and more epochs than the CNNs.
-    "vit_ti_16": TrainRecipe(lr=1e-4, task_epochs=8),
+    # From scratch on the hard digits a ViT needs a low learning rate, clipped gradients and more
+    # epochs than the CNNs (docs/accuracy.md).
+    "vit_ti_16": TrainRecipe(lr=3e-4, task_epochs=8, clip_grad_norm=1.0, weight_decay=0.05),
 }
 _PATCH = 16
 

@@ -188,6 +188,40 @@ def test_fine_tune_is_cached_and_reused(tmp_path):
         assert torch.equal(value, again_state[key]), key
 
 
+def test_a_cnn_fine_tunes_channels_last_and_leaves_in_the_layout_it_came_in(tmp_path, monkeypatch):
+    """The fine-tune runs a CNN's steps in channels_last (the CPU's fast layout for them); the timed
+    model keeps its own layout: contiguous alone, channels_last after the channels_last technique."""
+    from optbench.catalog import checkpoint_training
+    from optbench.catalog.checkpoint_training import trains_channels_last
+
+    assert trains_channels_last(CNN, image_task().train_x)
+    assert not trains_channels_last(TEXT, text_task().train_x)
+    layouts = []
+    forward = nn.Conv2d.forward
+
+    def spy(self, x):
+        if self.training:
+            layouts.append(x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous())
+        return forward(self, x)
+
+    monkeypatch.setattr(nn.Conv2d, "forward", spy)
+    # BatchNorm's statistics are recomputed after the model is back in its own layout: not a step
+    monkeypatch.setattr(checkpoint_training, "recalibrate_batchnorm", lambda *args: None)
+    _, pruned = prepare("prune_l1_50", CNN, image_task(), tmp_path)
+    assert layouts and all(layouts)  # every fine-tuning step saw channels_last inputs
+    assert all(p.is_contiguous() for p in pruned.module.parameters())
+    # A model that came in channels_last (a stack's earlier technique) leaves in channels_last.
+    layouts.clear()
+    model = CNN.build_model().to(memory_format=torch.channels_last)
+    ctx = TechniqueContext(
+        spec=CNN, device=torch.device("cpu"), batch_size=4, input_shape=CNN.input_shape,
+        task=image_task(), cache_root=tmp_path, show_progress=False,
+    )  # fmt: skip
+    compression.fine_tune(model, CNN, ctx.for_technique("test", "0"))
+    assert layouts and all(layouts)
+    assert all(not p.is_contiguous() for p in model.parameters() if p.dim() == 4 and p.shape[1] > 1)
+
+
 @pytest.mark.parametrize("sparsity", [0.0, 0.5, 0.9])
 def test_csr_linear_matches_dense(sparsity):
     torch.manual_seed(0)

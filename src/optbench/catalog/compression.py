@@ -218,7 +218,7 @@ def fine_tune(
     fraction of the recipe's learning rate), so accuracy can recover from pruning; masks from
     torch.nn.utils.prune stay applied. Returns the samples trained on. The model is left in eval
     mode, with BatchNorm statistics recomputed on the train split."""
-    from optbench.catalog.checkpoint_training import recalibrate_batchnorm
+    from optbench.catalog.checkpoint_training import recalibrate_batchnorm, trains_channels_last
 
     recipe = spec.recipe
     x, _ = ctx.train_split()
@@ -245,14 +245,28 @@ def fine_tune(
                 taken += 1
                 yield xb, yb
 
+    # The CPU's fast layout for a CNN's training steps (checkpoint_training.trains_channels_last);
+    # the model goes back to the layout it came in (a stack may have made it channels_last already).
+    came_in = (
+        torch.channels_last
+        if any(p.dim() == 4 and not p.is_contiguous() for p in model.parameters())
+        else torch.contiguous_format
+    )
+    layout = torch.contiguous_format
+    if ctx.device.type == "cpu" and trains_channels_last(spec, x):
+        layout = torch.channels_last
+        model.to(memory_format=layout)
     model.train()
     for xb, yb in ctx.progress(batches(), f"fine-tuning {spec.name} ({ctx.technique})", total=steps):
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(ctx.device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
-            loss = loss_fn(model(xb), yb)
+            loss = loss_fn(model(xb.contiguous(memory_format=layout)), yb)
         loss.backward()
+        if recipe.clip_grad_norm:
+            nn.utils.clip_grad_norm_(model.parameters(), recipe.clip_grad_norm)
         optimizer.step()
         schedule.step()
+    model.to(memory_format=came_in)
     recalibrate_batchnorm(model, x[:per_epoch].to(ctx.device), recipe.batch_size)
     model.eval()
     return min(samples, steps * recipe.batch_size)

@@ -60,6 +60,9 @@ class TrainRecipe:
     task_epochs: int | None = None
     """Epochs on a task that sets the training length itself (the hard digits: 4), for a model that
     needs longer to learn it; None: the task's."""
+    clip_grad_norm: float | None = None
+    """Clip the gradients' global norm to this before each step (training and pruning's fine-tune);
+    None: no clipping. A ViT from scratch needs it to learn at a useful rate (docs/accuracy.md)."""
 
 
 @dataclass(frozen=True)
