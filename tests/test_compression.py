@@ -222,6 +222,15 @@ def test_a_cnn_fine_tunes_channels_last_and_leaves_in_the_layout_it_came_in(tmp_
     assert all(not p.is_contiguous() for p in model.parameters() if p.dim() == 4 and p.shape[1] > 1)
 
 
+def test_unstructured_pruning_after_channels_last_prunes_and_keeps_the_layout(tmp_path):
+    """torch's l1_unstructured views each weight flat, which a channels_last weight refuses: the
+    stack channels_last+prune_l1_50 failed with a RuntimeError before."""
+    _, pruned = prepare("channels_last+prune_l1_50", CNN, image_task(), tmp_path)
+    convs = [m.weight for m in pruned.module.modules() if isinstance(m, nn.Conv2d)]
+    assert all(w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous() for w in convs)
+    assert zero_fraction(prunable(pruned.module)) == pytest.approx(0.5, abs=0.02)
+
+
 @pytest.mark.parametrize("sparsity", [0.0, 0.5, 0.9])
 def test_csr_linear_matches_dense(sparsity):
     torch.manual_seed(0)

@@ -201,6 +201,14 @@ def code_hash() -> str:
     return file_hash(__file__)
 
 
+def memory_layout(model: nn.Module) -> torch.memory_format:
+    """channels_last when any 4-D weight is stored so (the channels_last technique ran), else the
+    default layout: what to give a model back in after working on it in another."""
+    if any(p.dim() == 4 and not p.is_contiguous() for p in model.parameters()):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
 def finetune_samples(spec: ModelSpec, train_size: int, epochs: int = FINETUNE_EPOCHS) -> int:
     """How many samples (with repeats) the fine-tune after pruning trains on."""
     per_epoch = min(train_size, spec.recipe.train_samples or train_size)
@@ -247,11 +255,7 @@ def fine_tune(
 
     # The CPU's fast layout for a CNN's training steps (checkpoint_training.trains_channels_last);
     # the model goes back to the layout it came in (a stack may have made it channels_last already).
-    came_in = (
-        torch.channels_last
-        if any(p.dim() == 4 and not p.is_contiguous() for p in model.parameters())
-        else torch.contiguous_format
-    )
+    came_in = memory_layout(model)
     layout = torch.contiguous_format
     if ctx.device.type == "cpu" and trains_channels_last(spec, x):
         layout = torch.channels_last

@@ -15,7 +15,13 @@ import torch
 from torch import nn
 from torch.nn.utils import prune
 
-from optbench.catalog.compression import accepts_task_inputs, code_hash, fine_tune, finetune_samples
+from optbench.catalog.compression import (
+    accepts_task_inputs,
+    code_hash,
+    fine_tune,
+    finetune_samples,
+    memory_layout,
+)
 from optbench.catalog.techniques.base import LevelTechnique, Prepared, register_levels
 from optbench.catalog.techniques.context import TechniqueContext
 from optbench.catalog.techniques.stack import register_default_stack
@@ -54,6 +60,8 @@ class PruneL1(LevelTechnique):
         finetune = accepts_task_inputs(ctx.spec) and ctx.has_train_split
 
         def prune_and_finetune() -> dict[str, torch.Tensor]:
+            came_in = memory_layout(model)
+            model.to(memory_format=torch.contiguous_format)  # l1_unstructured views each weight flat
             targets = prunable(model)
             for module, name in targets:
                 prune.l1_unstructured(module, name, amount=amount)
@@ -61,6 +69,7 @@ class PruneL1(LevelTechnique):
                 fine_tune(model, ctx.spec, ctx)
             for module, name in targets:
                 prune.remove(module, name)
+            model.to(memory_format=came_in)
             return model.state_dict()
 
         if finetune:
