@@ -177,7 +177,8 @@ def test_malloc_auto_leaves_an_allocator_preloaded_under_any_name_alone(tmp_path
         "import os; from optbench.catalog.allocator import auto_choice, malloc_is_glibcs; "
         "print(malloc_is_glibcs(), *auto_choice(os.environ, False), sep='|')"
     )
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    # without any allocator setting of the caller's (MALLOC_*, GLIBC_TUNABLES, LD_PRELOAD)
+    env = {k: v for k, v in os.environ.items() if k not in user_settings(os.environ)}
     plain = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert plain.stdout.split("|")[:2] == ["True", "fixed"], plain.stdout
     shimmed = subprocess.run(

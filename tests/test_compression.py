@@ -2,6 +2,7 @@
 sparse-vs-dense agreement, calibration data, and skips for missing libraries."""
 
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -192,10 +193,10 @@ def test_a_cnn_fine_tunes_channels_last_and_leaves_in_the_layout_it_came_in(tmp_
     """The fine-tune runs a CNN's steps in channels_last (the CPU's fast layout for them); the timed
     model keeps its own layout: contiguous alone, channels_last after the channels_last technique."""
     from optbench.catalog import checkpoint_training
-    from optbench.catalog.checkpoint_training import trains_channels_last
+    from optbench.catalog.checkpoint_training import training_layout
 
-    assert trains_channels_last(CNN, image_task().train_x)
-    assert not trains_channels_last(TEXT, text_task().train_x)
+    assert training_layout(CNN, CNN.build_model(), image_task().train_x) == torch.channels_last
+    assert training_layout(TEXT, TEXT.build_model(), text_task().train_x) == torch.contiguous_format
     layouts = []
     forward = nn.Conv2d.forward
 
@@ -220,6 +221,30 @@ def test_a_cnn_fine_tunes_channels_last_and_leaves_in_the_layout_it_came_in(tmp_
     compression.fine_tune(model, CNN, ctx.for_technique("test", "0"))
     assert layouts and all(layouts)
     assert all(not p.is_contiguous() for p in model.parameters() if p.dim() == 4 and p.shape[1] > 1)
+
+
+class FlatCnn(nn.Module):
+    """A user's CNN that flattens with view, which a channels_last activation refuses."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(4 * RES * RES, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv(x))
+        return self.head(h.view(len(h), -1))
+
+
+def test_a_cnn_whose_forward_refuses_channels_last_trains_in_the_default_layout():
+    from optbench.catalog.checkpoint_training import train, training_layout
+
+    spec = image_classifier("flat_cnn_c", FlatCnn, resolution=RES, recipe=RECIPE)
+    model, task = spec.build_model(), image_task()
+    assert training_layout(spec, model, task.train_x) == torch.contiguous_format
+    assert all(p.is_contiguous() for p in model.parameters())  # the probe left it as it was
+    trained, result = train(spec, replace(task, epochs=1), progress=False)
+    assert result.epochs == 1 and all(p.is_contiguous() for p in trained.parameters())
 
 
 def test_unstructured_pruning_after_channels_last_prunes_and_keeps_the_layout(tmp_path):

@@ -22,6 +22,7 @@ from optbench.catalog.allocator import (
     OLD_GLIBC_BYTES,
     PRELOADED,
     fixed_bytes,
+    malloc_is_glibcs,
     preloaded,
     sets_thresholds,
 )
@@ -80,7 +81,9 @@ def choose(mode: str, environ: Mapping[str, str], libc: tuple[str, str] | None =
     own = user_settings(environ)
     if name != "glibc":
         return Allocator("not glibc", {}, own)
-    if preloaded(environ):
+    # The sessions run this interpreter with this environment: an allocator interposed here under
+    # a name PRELOADED does not know is interposed there too.
+    if preloaded(environ) or (libc is None and not malloc_is_glibcs()):
         return Allocator("preloaded", {}, own)
     if sets_thresholds(environ):
         return Allocator("user", {}, own)

@@ -26,14 +26,43 @@ class TrainResult:
     """The recipe's target; None where the task sets the training length instead."""
 
 
-def trains_channels_last(spec: ModelSpec, x: torch.Tensor) -> bool:
-    """Whether to train `spec` in channels_last on the CPU: a convolutional network (read from its
-    layers) on 4-D inputs. oneDNN's NHWC kernels ran MobileNetV3-Large's training step at 32x32 2.5
-    times as fast as NCHW (101 against 252 ms a step of 64) and resnet18's 1.2 times (158 against 194
-    ms) on this project's Zen 4 (docs/accuracy.md). The trained weights go back to the default layout."""
-    from optbench.catalog.compression import not_convolutional
+def train_code_hash() -> str:
+    """Hash of this file: part of the cache key of every checkpoint and fine-tune it trains."""
+    from optbench.catalog.models import file_hash
 
-    return x.dim() == 4 and not_convolutional(spec, "training") is None
+    return file_hash(__file__)
+
+
+def training_layout(spec: ModelSpec, model: nn.Module, x: torch.Tensor) -> torch.memory_format:
+    """The layout to train `model` in on the CPU, after moving it there: channels_last for a
+    convolutional network (read from its layers; not the ViT, not the text models) on 4-D inputs
+    whose forward takes it, else the default. oneDNN's NHWC kernels ran MobileNetV3-Large's training
+    step at 32x32 2.5 times as fast as NCHW (101 against 252 ms a step of 64) and resnet18's 1.2
+    times (158 against 194 ms) on this project's Zen 4 (docs/accuracy.md). A forward that cannot
+    (`x.view(n, -1)` after the convolutions, say) is seen in one eval-mode probe on two samples,
+    which changes no state, and trains in the default layout as before."""
+    from optbench.catalog.compression import structure
+
+    found = structure(spec)
+    if (
+        x.dim() != 4
+        or found.error is not None
+        or not found.convolutions
+        or found.attention
+        or found.recurrent
+    ):
+        return torch.contiguous_format
+    was_training = model.training
+    model.to(memory_format=torch.channels_last).eval()
+    try:
+        with torch.no_grad():
+            model(x[:2].contiguous(memory_format=torch.channels_last))
+    except RuntimeError:
+        model.to(memory_format=torch.contiguous_format)
+        return torch.contiguous_format
+    finally:
+        model.train(was_training)
+    return torch.channels_last
 
 
 @torch.inference_mode()
@@ -63,8 +92,7 @@ def train(
         recipe = replace(recipe, max_epochs=recipe.task_epochs or task.epochs, target_top1=float("inf"))
     torch.manual_seed(seed)
     model = spec.build_model()
-    layout = torch.channels_last if trains_channels_last(spec, task.train_x) else torch.contiguous_format
-    model = model.to(memory_format=layout)
+    layout = training_layout(spec, model, task.train_x)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
     train_x, train_y = task.train_x[: recipe.train_samples], task.train_y[: recipe.train_samples]
     if len(train_y) == 0:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from optbench.catalog.checkpoint_training import train_code_hash
 from optbench.catalog.hardware import train_autocast
 from optbench.catalog.models import ModelSpec
 from optbench.catalog.tasks.base import TaskData
@@ -35,6 +36,7 @@ def checkpoint_key(spec: ModelSpec, task: TaskData, seed: int) -> str:
         "model_code": spec.code_hash(),
         "input": spec.input_shape,
         "recipe": asdict(spec.recipe),
+        "train_code": train_code_hash(),  # how it trains: layout, clipping, schedule
         "autocast": train_autocast(spec.recipe.autocast),  # fp32 on a CPU without native bf16
         "data": task.fingerprint,
         "task_epochs": task.epochs,  # a task may set the training length

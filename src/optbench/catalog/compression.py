@@ -195,10 +195,12 @@ def check_traceable(model: nn.Module, what: str) -> None:
 
 
 def code_hash() -> str:
-    """Hash of this file: part of the cache key of anything fine_tune produced."""
+    """Hash of this file and of the trainer it shares (checkpoint_training: layout, BatchNorm
+    recalibration): part of the cache key of anything fine_tune produced."""
+    from optbench.catalog.checkpoint_training import train_code_hash
     from optbench.catalog.models import file_hash
 
-    return file_hash(__file__)
+    return f"{file_hash(__file__)}-{train_code_hash()}"
 
 
 def memory_layout(model: nn.Module) -> torch.memory_format:
@@ -226,7 +228,7 @@ def fine_tune(
     fraction of the recipe's learning rate), so accuracy can recover from pruning; masks from
     torch.nn.utils.prune stay applied. Returns the samples trained on. The model is left in eval
     mode, with BatchNorm statistics recomputed on the train split."""
-    from optbench.catalog.checkpoint_training import recalibrate_batchnorm, trains_channels_last
+    from optbench.catalog.checkpoint_training import recalibrate_batchnorm, training_layout
 
     recipe = spec.recipe
     x, _ = ctx.train_split()
@@ -253,13 +255,10 @@ def fine_tune(
                 taken += 1
                 yield xb, yb
 
-    # The CPU's fast layout for a CNN's training steps (checkpoint_training.trains_channels_last);
+    # The CPU's fast layout for a CNN's training steps (checkpoint_training.training_layout);
     # the model goes back to the layout it came in (a stack may have made it channels_last already).
     came_in = memory_layout(model)
-    layout = torch.contiguous_format
-    if ctx.device.type == "cpu" and trains_channels_last(spec, x):
-        layout = torch.channels_last
-        model.to(memory_format=layout)
+    layout = training_layout(spec, model, x) if ctx.device.type == "cpu" else torch.contiguous_format
     model.train()
     for xb, yb in ctx.progress(batches(), f"fine-tuning {spec.name} ({ctx.technique})", total=steps):
         optimizer.zero_grad(set_to_none=True)

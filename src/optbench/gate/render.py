@@ -74,15 +74,19 @@ def timing_differences(base: Any, head: Any) -> list[str]:
     LD_PRELOAD, thread counts). Either can move absolute latency by up to a quarter on its own."""
     if base is None or head is None:
         return []
+
+    def shown(value: Any) -> str:
+        return "unset" if value is None else repr(value) if value == "" else str(value)
+
     lines = []
     for key in sorted(NOT_SELECTING):
         b, h = base.config.get(key), head.config.get(key)
         if b != h:
-            lines.append(f"- `{key}`: baseline {b or '-'}, this run {h or '-'}")
+            lines.append(f"- `{key}`: baseline {shown(b)}, this run {shown(h)}")
     for key in sorted(set(base.environment) | set(head.environment)):
         b, h = base.environment.get(key), head.environment.get(key)
         if b != h:
-            lines.append(f"- `{key}`: baseline {b or '-'}, this run {h or '-'}")
+            lines.append(f"- `{key}`: baseline {shown(b)}, this run {shown(h)}")
     return lines
 
 
@@ -138,12 +142,18 @@ def markdown(
             f"({machine[0].reason}; the latency relative to eager fp32 is gated).",
         ]
     if base is not None and head is not None:
-        env = environment_differences(base, head) + (timing or [])
+        env = environment_differences(base, head)
         if env:
             lines += [
                 "",
                 "**Environment differences** (absolute latency and memory are gated only on the same machine):",
                 *env,
+            ]
+        if timing:
+            lines += [
+                "",
+                "**Timed under other settings** (still gated; either can move absolute latency on its own):",
+                *timing,
             ]
         noise = noise_warnings(head)
         if noise:

@@ -116,7 +116,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("throughput", "float", "speed", "samples/s", "samples per second at the median latency (data rows: samples over the whole epoch's time, stalls included)"),
     Column("speedup", "float", "speed", "x", "eager fp32 median / this median, same model, device, mode and batch, same run"),
     Column("speedup_ci95_low", "float", "speed", "x", "lower end of the speedup's 95% interval (speedup_method says how it was found)"),
-    Column("speedup_ci95_high", "float", "speed", "x", "upper end of that interval; an interval holding 1.0 is no clear difference"),
+    Column("speedup_ci95_high", "float", "speed", "x", "upper end of that interval; an interval reaching within 3% of 1.0 is no clear difference"),
     Column("speedup_method", "str", "speed", "", "how the speedup and its interval were found: paired (the case timed in ABBA blocks against eager in one process; median of the pairs' ratios, distribution-free order-statistic interval at 95% or more over the looks), bootstrap (the two cases timed apart; percentile bootstrap of the ratio of medians, assumes independent samples) or baseline (eager itself)"),
     Column("pairs", "int", "speed", "", "paired timing: pairs of blocks (case and eager) timed"),
     Column("preparations", "int", "speed", "", "paired timing: independent preparations of the case that took turns against eager (2 for the compile and quantization families, whose prepared speed varies from one preparation to the next; 1 in the smoke and gate profiles, which cap it)"),

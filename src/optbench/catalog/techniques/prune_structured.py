@@ -76,6 +76,7 @@ class PruneChannels(LevelTechnique):
                     finetune,
                     percent=self.percent,
                     fine_tune=code_hash(),
+                    device=ctx.device.type,  # the fine-tune's layout and autocast follow the device
                     torch_pruning=tp.__version__,
                 )
             )

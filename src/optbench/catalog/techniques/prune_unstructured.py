@@ -75,7 +75,13 @@ class PruneL1(LevelTechnique):
         if finetune:
             # Fine-tuned weights depend on the weights, data, seed and level: cached across cases.
             model.load_state_dict(
-                ctx.cached("finetuned", prune_and_finetune, percent=self.percent, fine_tune=code_hash())
+                ctx.cached(
+                    "finetuned",
+                    prune_and_finetune,
+                    percent=self.percent,
+                    fine_tune=code_hash(),
+                    device=ctx.device.type,  # the fine-tune's layout and autocast follow the device
+                )
             )
         else:
             # A shape-tied model built at its deployment shape cannot take the task's inputs. Its
