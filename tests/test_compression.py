@@ -189,6 +189,25 @@ def test_fine_tune_is_cached_and_reused(tmp_path):
         assert torch.equal(value, again_state[key]), key
 
 
+@pytest.mark.parametrize("name", ["prune_l1_50", "prune_channels_30"])
+def test_fine_tunes_are_keyed_by_the_trainers_code_and_the_device(tmp_path, monkeypatch, name):
+    """Weights fine-tuned by other trainer code, or on another device (whose layout and autocast the
+    fine-tune follows), are never read back as these: both prunings key their cache alike."""
+    keys = []
+    original = TechniqueContext.cached
+
+    def spy(self, kind, compute, **key):
+        keys.append((kind, key))
+        return original(self, kind, compute, **key)
+
+    monkeypatch.setattr(TechniqueContext, "cached", spy)
+    prepare(name, CNN, image_task(), tmp_path)
+    ((kind, key),) = [k for k in keys if k[0] == "finetuned"]
+    assert key["fine_tune"] == compression.code_hash() and key["device"] == "cpu"
+    cuda = TechniqueContext(spec=CNN, device=torch.device("cuda"), batch_size=4, input_shape=CNN.input_shape)
+    assert compression.finetune_key(cuda)["device"] == "cuda"
+
+
 def test_a_cnn_fine_tunes_channels_last_and_leaves_in_the_layout_it_came_in(tmp_path, monkeypatch):
     """The fine-tune runs a CNN's steps in channels_last (the CPU's fast layout for them); the timed
     model keeps its own layout: contiguous alone, channels_last after the channels_last technique."""

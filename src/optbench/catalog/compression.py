@@ -203,6 +203,12 @@ def code_hash() -> str:
     return f"{file_hash(__file__)}-{train_code_hash()}"
 
 
+def finetune_key(ctx: Any) -> dict[str, str]:
+    """The cache-key parts every fine-tuned pruning shares: the fine-tune's code and the device, whose
+    layout and autocast the fine-tune follows."""
+    return {"fine_tune": code_hash(), "device": ctx.device.type}
+
+
 def memory_layout(model: nn.Module) -> torch.memory_format:
     """channels_last when any 4-D weight is stored so (the channels_last technique ran), else the
     default layout: what to give a model back in after working on it in another."""

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 
 from scipy import stats
 
-from optbench.results.derive import MARGIN  # a speedup within 3% of 1 is no difference that matters
+# A speedup within MARGIN (3%) of 1 is no difference that matters.
+from optbench.results.derive import FASTER, MARGIN, SLOWER, speed_verdict
 
 LOOKS = (10, 16, 24, 32, 48, 64, 96)
 """Pair counts at which a case may stop (a fixed schedule: its error rate is known, see above)."""
@@ -165,6 +166,6 @@ def _decided(speedup: float, low: float, high: float, target_rel_ci: float) -> s
         return None
     if (high - low) / 2 <= target_rel_ci * speedup:
         return "precise"
-    if low > 1 + MARGIN or high < 1 / (1 + MARGIN) or (low >= 1 / (1 + MARGIN) and high <= 1 + MARGIN):
-        return "decided"
+    if speed_verdict(low, high) in (FASTER, SLOWER) or (low >= 1 / (1 + MARGIN) and high <= 1 + MARGIN):
+        return "decided"  # clearly faster or slower (the summary's verdict), or clearly no gain
     return None

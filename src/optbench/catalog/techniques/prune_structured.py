@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from optbench.catalog.compression import code_hash, fine_tune, finetune_samples, missing, not_convolutional
+from optbench.catalog.compression import fine_tune, finetune_key, finetune_samples, missing, not_convolutional
 from optbench.catalog.cost import count_flops
 from optbench.catalog.models import ModelSpec
 from optbench.catalog.techniques.base import LevelTechnique, Prepared, register_levels
@@ -75,8 +75,7 @@ class PruneChannels(LevelTechnique):
                     "finetuned",
                     finetune,
                     percent=self.percent,
-                    fine_tune=code_hash(),
-                    device=ctx.device.type,  # the fine-tune's layout and autocast follow the device
+                    **finetune_key(ctx),
                     torch_pruning=tp.__version__,
                 )
             )

@@ -17,8 +17,8 @@ from torch.nn.utils import prune
 
 from optbench.catalog.compression import (
     accepts_task_inputs,
-    code_hash,
     fine_tune,
+    finetune_key,
     finetune_samples,
     memory_layout,
 )
@@ -79,8 +79,7 @@ class PruneL1(LevelTechnique):
                     "finetuned",
                     prune_and_finetune,
                     percent=self.percent,
-                    fine_tune=code_hash(),
-                    device=ctx.device.type,  # the fine-tune's layout and autocast follow the device
+                    **finetune_key(ctx),
                 )
             )
         else:
