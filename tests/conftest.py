@@ -9,6 +9,12 @@ from torch import nn
 pytest_plugins = ["pytester"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The slowest tests in every log (CI's too), so the suite's time on 2 cores can be kept down.
+    if config.option.durations is None:
+        config.option.durations = 15
+
+
 class TinyMLP(nn.Module):
     def __init__(self, num_classes: int) -> None:
         super().__init__()
