@@ -259,9 +259,11 @@ def main() -> int:
     # Fill the cache once, outside the measured trials: the weights and every preparation of the
     # selection (calibrations, fine-tunes, compiled code). With only the weights warm, the first
     # trial paid for the preparations and the plain run timed after it did not, which overstated
-    # the gate's cost (measured: docs/gate.md, "The shipped rule").
+    # the gate's cost (measured: docs/gate.md, "The shipped rule"). Injected runs alone time only
+    # their own selection, so only that needs warming.
+    warm = [*pytest_args, "-k", INJECTED_ONLY] if args.injected_only and not args.aa else pytest_args
     subprocess.run(
-        [python, "-m", "pytest", *pytest_args, "--results-dir", str(work / "warm")],
+        [python, "-m", "pytest", *warm, "--results-dir", str(work / "warm")],
         cwd=repo,
         capture_output=True,
         env=env,
