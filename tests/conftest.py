@@ -12,7 +12,7 @@ pytest_plugins = ["pytester"]
 def pytest_configure(config: pytest.Config) -> None:
     # The slowest tests in every log (CI's too), so the suite's time on 2 cores can be kept down.
     if config.option.durations is None:
-        config.option.durations = 15
+        config.option.durations = 30
 
 
 class TinyMLP(nn.Module):
