@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -46,6 +48,21 @@ def test_paced_timing_has_a_round_per_slice_and_pauses_between_slices():
     assert len(plain_timer(lambda: None, rounds=2, warmup=0, paced=False, pacer=unpaced)) == 2
     assert unpaced.paused_at == []
     assert paced_rounds(2, FakePacer(4, rounds_per_slice=3)) == 12 and paced_rounds(20, FakePacer(4, 3)) == 20
+
+
+def test_slow_calls_are_timed_fewer_rounds_a_slice_but_every_slice_has_one(monkeypatch):
+    pacer = FakePacer(16, rounds_per_slice=3)
+    assert paced_rounds(8, pacer, per_call_s=0.015) == 48  # a fast forward: 3 rounds a slice
+    assert paced_rounds(8, pacer, per_call_s=0.06) == 32  # two 60 ms steps cover SLICE_MIN_S
+    assert paced_rounds(8, pacer, per_call_s=0.147) == 16  # a resnet18 training step: one a slice
+    assert paced_rounds(8, pacer, per_call_s=None) == 48 and paced_rounds(8, None, per_call_s=1.0) == 8
+    calls: list[str] = []
+    clock = iter(np.arange(0.0, 1000.0, 0.25))  # each reading 0.25 s on: every call "takes" 0.25 s
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(clock)))
+    samples = plain_timer(lambda: calls.append("call"), rounds=8, warmup=1, pacer=pacer)
+    monkeypatch.undo()
+    assert len(samples) == 16 and len(pacer.paused_at) == 15  # 16 slices of one round
+    assert len(calls) == 1 + 16 + 15  # warm-up, timed rounds, one untimed call after each pause
 
 
 def test_split_and_pair_slice_by_slice():

@@ -60,8 +60,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--slice-rounds",
         type=int,
         default=AbOptions.slice_rounds,
-        help=f"time at least this many rounds per slice (default {AbOptions.slice_rounds}: a case is timed "
-        f"at least {AbOptions.slices * AbOptions.slice_rounds} rounds)",
+        help=f"time at least this many rounds per slice, or fewer where fewer cover 0.1 s (default "
+        f"{AbOptions.slice_rounds}: a fast case is timed at least {AbOptions.slices * AbOptions.slice_rounds} "
+        "rounds, a 150 ms training step one a slice)",
     )
     parser.add_argument("--out", metavar="DIR", help="output folder (default: results/ab/<time>)")
     parser.add_argument(

@@ -51,13 +51,29 @@ def slice_ends(rounds: int, slices: int) -> list[int]:
     return sorted({round(rounds * k / slices) for k in range(1, max(1, slices))} - {0, rounds})
 
 
-def paced_rounds(rounds: int, pacer: Pacer | None) -> int:
-    """At least `rounds_per_slice` rounds per slice when paced: both sides of `optbench ab` then cut
-    their timing into the same number of slices (the pairs) even when their pilots planned different
-    round counts, and each slice's median stands on more than one sample."""
+SLICE_MIN_S = 0.1
+"""A paced slice needs no more rounds than cover this many seconds: a training step of 150 ms is
+timed one round a slice, not `rounds_per_slice` (the gate's cost, docs/gate.md)."""
+
+
+def paced_rounds(rounds: int, pacer: Pacer | None, per_call_s: float | None = None) -> int:
+    """At least `rounds_per_slice` rounds per slice when paced, or fewer where fewer cover
+    SLICE_MIN_S at `per_call_s` (at least one): both sides of `optbench ab` then cut their timing
+    into the same number of slices (the pairs) even when their pilots planned different round counts,
+    and a fast case's slice median stands on more than one sample."""
     if pacer is None:
         return rounds
-    return max(rounds, pacer.slices * max(1, getattr(pacer, "rounds_per_slice", 1)))
+    per_slice = max(1, getattr(pacer, "rounds_per_slice", 1))
+    if per_call_s is not None and per_call_s > 0:
+        per_slice = min(per_slice, max(1, math.ceil(SLICE_MIN_S / per_call_s)))
+    return max(rounds, pacer.slices * per_slice)
+
+
+def warm_calls(call: Callable[[], object], warmup: int) -> float | None:
+    """Call `warmup` times untimed for the measurement; returns the median call in seconds (None
+    without a call), which sizes the slices of paced timing."""
+    samples = time_calls(call, warmup)
+    return float(np.median(samples)) if samples else None
 
 
 def before_rounds(call: Callable[[], object], rounds: int, pacer: Pacer | None) -> Callable[..., None] | None:

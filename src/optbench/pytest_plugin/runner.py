@@ -27,7 +27,7 @@ from optbench.measure.identity import identity, now
 from optbench.measure.inference import CallTimeout, Setup, TimeFn, measure_case
 from optbench.measure.paired import PairedResult
 from optbench.measure.reference import reference_ms
-from optbench.measure.timing import Pacer, before_rounds, paced_rounds, time_calls
+from optbench.measure.timing import Pacer, before_rounds, paced_rounds, time_calls, warm_calls
 from optbench.results import ResultsWriter
 from optbench.results.derive import speedup_columns
 from optbench.results.schema import Status
@@ -46,9 +46,7 @@ def plain_timer(
     call: Callable[[], object], rounds: int, warmup: int, *, paced: bool = True, pacer: Pacer | None = None
 ) -> list[float]:
     pacer = pacer if paced else None
-    for _ in range(warmup):
-        call()
-    rounds = paced_rounds(rounds, pacer)
+    rounds = paced_rounds(rounds, pacer, warm_calls(call, warmup))
     return time_calls(call, rounds, before_rounds(call, rounds, pacer))
 
 
@@ -57,14 +55,16 @@ def pytest_benchmark_timer(benchmark: Any, pacer: Pacer | None = None) -> TimeFn
     a pacer (`optbench ab`) gets the machine handed over between rounds, untimed."""
 
     def run(call: Callable[[], object], rounds: int, warmup: int, *, paced: bool = True) -> list[float]:
-        rounds = paced_rounds(rounds, pacer if paced else None)
-        before = before_rounds(call, rounds, pacer if paced else None)
-        if before is None:
+        pacer_here = pacer if paced else None
+        if pacer_here is None:
             benchmark.pedantic(call, rounds=rounds, warmup_rounds=warmup, iterations=1)
         else:
-            for _ in range(warmup):  # pedantic's setup also precedes warm-up rounds: warm up here
-                call()
-            benchmark.pedantic(call, rounds=rounds, iterations=1, setup=before)
+            # pedantic's setup also precedes warm-up rounds: warm up here, timing the calls to size
+            # the slices
+            rounds = paced_rounds(rounds, pacer_here, warm_calls(call, warmup))
+            benchmark.pedantic(
+                call, rounds=rounds, iterations=1, setup=before_rounds(call, rounds, pacer_here)
+            )
         return list(benchmark.stats.stats.data)
 
     run.pacer = pacer  # type: ignore[attr-defined]
