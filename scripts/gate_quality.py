@@ -37,18 +37,23 @@ INJECTED = ROOT / "tests" / "gate_quality" / "gate_injected.py"
 CASE_TECHNIQUE = tally.CASE_TECHNIQUE
 INJECTED_ONLY = f"{CASE_TECHNIQUE} or (eager and not training and not data)"
 """--injected-only's pytest -k: the injected cases and the eager inference cases beside them."""
+INJECTED_ONLY_TRAINING = f"{CASE_TECHNIQUE} or (eager and not data)"
+"""... with --training: the injected training cases and the eager training cases too."""
 
 
 def _git(args: list[str], cwd: Path) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def scratch_clone(work: Path) -> Path:
+def scratch_clone(work: Path, training: bool = False) -> Path:
+    """A clone of HEAD with the injected technique committed, at zero (with `training`: joining the
+    training cases too, in base and head alike)."""
     repo = work / "repo"
     _git(["clone", "--quiet", "--local", str(ROOT), str(repo)], work)
     (repo / "techniques").mkdir(exist_ok=True)
     shutil.copyfile(INJECTED, repo / "techniques" / INJECTED.name)
-    (repo / "techniques" / "gate_injection.json").write_text(json.dumps({"slowdown": 0, "flip_every": 0}))
+    zero = {"slowdown": 0, "flip_every": 0, **({"training": True} if training else {})}
+    (repo / "techniques" / "gate_injection.json").write_text(json.dumps(zero))
     _git(["add", "techniques"], repo)
     _git(["-c", "user.name=gate-quality", "-c", "user.email=gq@localhost", "commit", "-qm", "base"], repo)
     return repo
@@ -231,6 +236,12 @@ def main() -> int:
         action="store_true",
         help="injected runs time only the injected cases and the inference eager cases (A/A: all)",
     )
+    parser.add_argument(
+        "--training",
+        action="store_true",
+        help="slowdowns are injected into the training cases too (calibrated on training steps); "
+        "injected runs only",
+    )
     parser.add_argument("--plain-every", type=int, default=1, help="a plain run after every N-th A/A run")
     parser.add_argument("--ledger", metavar="FILE", help="append every trial to this ledger (JSON lines)")
     parser.add_argument("pytest_args", nargs="*")
@@ -240,6 +251,14 @@ def main() -> int:
     # What the ledger says these trials ran: the committed HEAD the scratch clone is made from.
     commit, rule_hash = tally.rule() if args.ledger else ("", "")
     pytest_args = args.pytest_args or ["bench/", "--profile", "gate", "--devices", "cpu"]
+    if args.training and (args.aa or args.accuracy):
+        # Its selection has two more cases than the gated one: A/A runs and the whole selection's
+        # correction must come from the gated selection alone.
+        print(
+            "gate_quality: --training is for injected slowdowns; run --aa and --accuracy without it",
+            file=sys.stderr,
+        )
+        return 2
     if args.injected_only and "-k" in pytest_args:
         print("gate_quality: --injected-only makes its own -k selection; drop -k", file=sys.stderr)
         return 2
@@ -247,21 +266,26 @@ def main() -> int:
         pytest_args = [*pytest_args, "--techniques", f"eager,channels_last,{CASE_TECHNIQUE}"]
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="optbench-gate-quality-"))
     work.mkdir(parents=True, exist_ok=True)
-    repo, cache = scratch_clone(work), work / "cache"
+    repo, cache = scratch_clone(work, args.training), work / "cache"
+    only = INJECTED_ONLY_TRAINING if args.training else INJECTED_ONLY
+    extra = {"training": True} if args.training else {}
+    label = " (training too)" if args.training else ""
     python = isolated_python(repo, work)
     env = {**os.environ, "OPTBENCH_CACHE": str(cache)}
     plan = [("A/A", {"slowdown": 0, "flip_every": 0})] * args.aa
     for item in (s for s in args.slowdowns.split(",") if s):
         size, _, count = item.partition(":")
         runs = int(count) if count else args.trials
-        plan += [(f"slowdown {float(size):.0%}", {"slowdown": float(size), "flip_every": 0})] * runs
+        plan += [
+            (f"slowdown {float(size):.0%}{label}", {"slowdown": float(size), "flip_every": 0, **extra})
+        ] * runs
     plan += [("top-1 -1 pt", {"slowdown": 0, "flip_every": 100})] * args.accuracy
     # Fill the cache once, outside the measured trials: the weights and every preparation of the
     # selection (calibrations, fine-tunes, compiled code). With only the weights warm, the first
     # trial paid for the preparations and the plain run timed after it did not, which overstated
     # the gate's cost (measured: docs/gate.md, "The shipped rule"). Injected runs alone time only
     # their own selection, so only that needs warming.
-    warm = [*pytest_args, "-k", INJECTED_ONLY] if args.injected_only and not args.aa else pytest_args
+    warm = [*pytest_args, "-k", only] if args.injected_only and not args.aa else pytest_args
     subprocess.run(
         [python, "-m", "pytest", *warm, "--results-dir", str(work / "warm")],
         cwd=repo,
@@ -283,7 +307,7 @@ def main() -> int:
 
     context = {"commit": commit, "rule": rule_hash, "cpu": tally.cpu() if args.ledger else {}}
     context["setup"] = tally.setup(args.rounds, args.slices) if args.ledger else {}
-    injected_only = ["-k", INJECTED_ONLY]
+    injected_only = ["-k", only]
     trials, aa_runs = [], 0
     for number, (kind, settings) in enumerate(plan):
         fewer = args.injected_only and kind != "A/A"

@@ -203,6 +203,12 @@ def holds_at(trial: dict, full: int, alpha: float) -> bool:
 
 
 def _detection(kind: str, runs: list[dict], full: int, alpha: float) -> None:
+    # Injected training cases (gate_quality.py --training) are cases the gated selection lacks: the
+    # correction a catch must survive grows by them.
+    trained = max(
+        (sum(c.endswith("-training") for c in t.get("injected_cases", [])) for t in runs), default=0
+    )
+    full = full + trained if full else full
     whole = [t for t in runs if t.get("selection", "full") == "full"]
     fewer = [t for t in runs if t.get("selection") == "injected-only"]
     measured = [t["paired_median"] for t in runs if t.get("paired_median")]
@@ -244,6 +250,11 @@ def _detection(kind: str, runs: list[dict], full: int, alpha: float) -> None:
         print(
             f"{kind}, per injected case: caught {rate(len(hit), len(cases))}; missed in: {', '.join(missed) or '-'}"
         )
+        if trained:
+            steps = [c for c in cases if c.endswith("-training")]
+            print(
+                f"{kind}, per injected training case: caught {rate(sum(c.endswith('-training') for c in hit), len(steps))}"
+            )
 
 
 def pool_key(trial: dict) -> tuple[str, str, str]:

@@ -26,10 +26,15 @@ print(json.dumps({m: [c.id for c in build_matrix(select, m)] for m in ("inferenc
 """
 
 
-def _cases(tmp_path: Path, injected: bool, profile: str) -> dict[str, list[str]]:
+def _cases(
+    tmp_path: Path, injected: bool, profile: str, settings: dict | None = None
+) -> dict[str, list[str]]:
     folder = tmp_path / "techniques"
     folder.mkdir(exist_ok=True)
     shutil.copyfile(ROOT / "tests" / "gate_quality" / "gate_injected.py", folder / "gate_injected.py")
+    (folder / "gate_injection.json").unlink(missing_ok=True)
+    if settings is not None:
+        (folder / "gate_injection.json").write_text(json.dumps(settings))
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run(
         [sys.executable, "-c", PROBE, "injected" if injected else "plain", str(folder), profile],
@@ -58,3 +63,18 @@ def test_a_profile_without_its_own_list_is_left_alone(tmp_path):
         *(f"lstm_classifier-gate_injected-cpu-bs{b}" for b in (1, 32, 128)),
     }
     assert injected["training"] == plain["training"]
+
+
+def test_with_training_the_injected_case_joins_the_gated_training_cases_too(tmp_path):
+    plain = _cases(tmp_path, False, "gate")
+    injected = _cases(tmp_path, True, "gate", {"slowdown": 0, "flip_every": 0, "training": True})
+    added = {mode: [c for c in injected[mode] if c not in plain[mode]] for mode in plain}
+    assert added == {
+        "inference": ["resnet18-gate_injected-cpu-bs2", "lstm_classifier-gate_injected-cpu-bs32"],
+        "training": [
+            "resnet18-gate_injected-cpu-bs2-training",
+            "lstm_classifier-gate_injected-cpu-bs32-training",
+        ],
+        "data": [],
+    }
+    # ... and only where asked: full's training cases stay as they are without it (above)

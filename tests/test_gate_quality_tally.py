@@ -102,10 +102,28 @@ def test_the_ledger_reads_what_a_gate_json_says(tally):
     assert found["allocator"]["mode"] == "fixed"  # what both sessions' malloc ran with
 
 
+def test_injected_training_cases_widen_the_correction_and_are_counted_apart(tally, capsys):
+    cases = ["m-gate_injected", "m-gate_injected-training"]
+
+    def run(p_training):
+        return _trial(
+            "slowdown 10% (training too)", 1, selection="injected-only", latency_judged=6, injected_caught=True,
+            injected_cases=cases, injected_cases_caught=cases[:1] if p_training is None else cases,
+            flagged=["m-gate_injected:latency_ms"], injected_p={"m-gate_injected": 4.4e-4},
+            injected_confirm_p={"m-gate_injected": 4.4e-4},
+        )  # fmt: skip
+
+    tally.summarize([_trial(), run(None), run(1e-5)])
+    out = capsys.readouterr().out
+    # 4.4e-4 x 22 < 0.01 would hold; the injected training case makes it 23 cases: x 23 > 0.01
+    assert "of which 0 hold at the whole selection's correction (23 latency cases" in out
+    assert "slowdown 10% (training too), per injected training case: caught 1 of 2" in out
+
+
 def test_injected_only_selects_the_injected_and_eager_inference_cases(tmp_path):
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
-        from gate_quality import INJECTED_ONLY
+        from gate_quality import INJECTED_ONLY, INJECTED_ONLY_TRAINING
     finally:
         sys.path.remove(str(ROOT / "scripts"))
     ids = [
@@ -125,6 +143,12 @@ def test_injected_only_selects_the_injected_and_eager_inference_cases(tmp_path):
         "resnet18-eager-cpu-bs2",
         "resnet18-gate_injected-cpu-bs2",
     ]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-k",
+         INJECTED_ONLY_TRAINING, str(tmp_path)], capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    chosen = sorted(line.split("[")[1].rstrip("]") for line in done.stdout.splitlines() if "::" in line)
+    assert "resnet18-eager-cpu-bs2-training" in chosen and "resnet18-eager-cpu-bs8-data" not in chosen
 
 
 def _repo(path: Path) -> None:

@@ -9,7 +9,10 @@ and differ only in that data, as a change elsewhere in a project would make them
   the ratio reached is reported in the row's technique_notes as `injected_ratio`, so the script
   knows what it really injected;
 - "flip_every": N > 0: every N-th sample the prepared model sees gets a wrong top-1 (its logits
-  rolled by one class), about 100/N points of held-out top-1 lost.
+  rolled by one class), about 100/N points of held-out top-1 lost (inference only);
+- "training": true (in base and head alike: scripts/gate_quality.py --training): the technique also
+  joins the profile's training cases, where the slowdown is calibrated on a training step (forward
+  and backward, alternately with and without the matmuls), not on the forward alone.
 
 Not part of optbench: the script copies it into a scratch clone's techniques/ folder."""
 
@@ -34,6 +37,21 @@ def _settings() -> dict[str, float]:
         return {}
 
 
+def _step(forward, inputs):
+    """A training step's forward and backward (the optimizer's update is left out: small, and the
+    same with and without the matmuls)."""
+
+    def run(call):
+        def step():
+            out = call(*inputs)
+            loss = out.float().sum() if isinstance(out, torch.Tensor) else out[0].float().sum()
+            loss.backward()
+
+        return step
+
+    return run(forward), run
+
+
 def _ratio(plain, injected, rounds: int = 31) -> float:
     """Median over rounds of injected / plain, the two timed alternately (drift hits both alike)."""
     ratios = []
@@ -50,12 +68,16 @@ def _ratio(plain, injected, rounds: int = 31) -> float:
 class GateInjected(Technique):
     name = "gate_injected"
     family = "baseline"
+    # A training form only when asked, so that every other selection keeps its cases as they are.
+    modes = frozenset({"inference", "training"}) if _settings().get("training") else frozenset({"inference"})
     api = "gate_injection.json"
     description = "test only: eager plus an injected slowdown or accuracy drop (scripts/gate_quality.py)"
 
     def apply(self, prepared, ctx):
         settings = _settings()
+        training = ctx.mode == "training"
         slowdown, flip_every = float(settings.get("slowdown", 0.0)), int(settings.get("flip_every", 0))
+        flip_every = 0 if training else flip_every
         forward, inputs = prepared.forward, prepared.inputs
         work = torch.rand(128, 128)
         state = {"repeats": 0}
@@ -76,11 +98,20 @@ class GateInjected(Technique):
 
         columns = {}
         if slowdown > 0:
-            with torch.inference_mode():
+            if training:  # calibrated on whole steps: the gate times steps, not forwards
+                plain, wrap = _step(forward, inputs)
+                stepped = wrap(injected)
+                mode = torch.enable_grad()
+                # the steps leave gradients and move batch-norm statistics: put both back after
+                saved = {k: v.detach().clone() for k, v in prepared.module.state_dict().items()}
+            else:
+                plain, stepped = (lambda: forward(*inputs)), (lambda: injected(*inputs))
+                mode = torch.inference_mode()
+            with mode:
                 for _ in range(3):  # warm up
-                    forward(*inputs)
+                    plain()
                 start = time.perf_counter()
-                forward(*inputs)
+                plain()
                 model_s = time.perf_counter() - start
                 start = time.perf_counter()
                 for _ in range(20):
@@ -89,26 +120,34 @@ class GateInjected(Technique):
                 state["repeats"] = max(1, round(slowdown * model_s / unit_s))  # first guess, then measured
                 for _ in range(8):
                     # The matmuls' share of the injected call, from the measured ratio, scaled to the target.
-                    reached = _ratio(lambda: forward(*inputs), lambda: injected(*inputs))
+                    reached = _ratio(plain, stepped, rounds=11 if training else 31)
                     if abs(reached - 1 - slowdown) <= 0.005 + 0.05 * slowdown:
                         break
                     state["repeats"] = max(1, round(state["repeats"] * slowdown / max(reached - 1, 1e-3)))
                 columns = {"injected_ratio": round(reached, 4), "injected_matmuls": state["repeats"]}
+            if training:
+                prepared.module.zero_grad(set_to_none=True)
+                prepared.module.load_state_dict(saved)
         return prepared.then(self.api, forward=injected, columns=columns)
 
 
 def _join_profiles() -> None:
     """A profile with its own techniques (the gate's) times the injected case beside its own
-    inference cases, so the script measures the gate on exactly the gated selection plus this case."""
+    inference cases (and training cases, with "training"), so the script measures the gate on exactly
+    the gated selection plus this case."""
     from dataclasses import replace
 
     from optbench.matrix import profiles
 
+    modes = sorted(GateInjected.modes)
     for name, profile in list(profiles.PROFILES.items()):
-        if profile.techniques is not None and CASE not in profile.techniques.get("inference", ()):
-            own = dict(profile.techniques)
-            own["inference"] = (*own.get("inference", ()), CASE)
-            profiles.PROFILES[name] = replace(profile, techniques=own)
+        if profile.techniques is None:
+            continue
+        own = dict(profile.techniques)
+        for mode in modes:
+            if CASE not in own.get(mode, ()):
+                own[mode] = (*own.get(mode, ()), CASE)
+        profiles.PROFILES[name] = replace(profile, techniques=own)
 
 
 CASE = GateInjected.name
