@@ -12,7 +12,8 @@ head differ only by the injected change:
 
 The pytest arguments default to the gated selection (the gate profile, on the CPU), to which the
 injected technique is added. `--injected-only` times only the injected cases and the inference
-eager cases in the injected runs (A/A runs always time the whole selection). `--ledger FILE` appends
+eager cases in the injected runs (A/A runs always time the whole selection). `--training` injects the
+slowdowns into the gated training cases too, calibrated on training steps (injected runs only). `--ledger FILE` appends
 every trial, with the commit, the gate's rule and the CPU, to a ledger that
 scripts/gate_quality_tally.py pools over sittings (results/gate-quality/ledger.jsonl is the project's).
 """
