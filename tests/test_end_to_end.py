@@ -251,10 +251,10 @@ def smoke_run(tmp_path_factory):
         "smoke",
         "--techniques",  # every technique and default stack in each mode, not only smoke's list
         "all",
-        # ... but for cases whose every part runs here too, which would add about 2.5 minutes to the
-        # suite on 2 cores: the compiled training stack (its compile, channels_last and bf16 parts
-        # are each trained) and the loader settings of data_left_out (tests/test_matrix.py checks
-        # that `all` selects them all).
+        # ... but for cases whose every part runs here too, which added 1.5 (inductor cache warm) to
+        # 2.5 minutes to the suite on 2 cores: the compiled training stack (its compile,
+        # channels_last and bf16 parts are each trained) and the loader settings of data_left_out
+        # (tests/test_matrix.py checks that `all` selects them all).
         "-k",
         " and ".join(
             [f"not ({SLOW_STACK} and training)", *(f"not {t}-cpu" for t in sorted(data_left_out()))]
