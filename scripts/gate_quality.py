@@ -12,9 +12,9 @@ head differ only by the injected change:
 
 The pytest arguments default to the gated selection (the gate profile, on the CPU), to which the
 injected technique is added. `--injected-only` times only the injected cases and the inference
-eager cases in the injected runs (A/A runs always time the whole selection). `--training` injects the
-slowdowns into the gated training cases too, calibrated on training steps (injected runs only). `--ledger FILE` appends
-every trial, with the commit, the gate's rule and the CPU, to a ledger that
+eager cases in the injected runs (A/A runs always time the whole selection). `--training` injects
+the slowdowns into the gated training cases too, calibrated on training steps (injected runs only).
+`--ledger FILE` appends every trial, with the commit, the gate's rule and the CPU, to a ledger that
 scripts/gate_quality_tally.py pools over sittings (results/gate-quality/ledger.jsonl is the project's).
 """
 
@@ -46,14 +46,14 @@ def _git(args: list[str], cwd: Path) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def scratch_clone(work: Path, training: bool = False) -> Path:
-    """A clone of HEAD with the injected technique committed, at zero (with `training`: joining the
-    training cases too, in base and head alike)."""
+def scratch_clone(work: Path, extra: dict | None = None) -> Path:
+    """A clone of HEAD with the injected technique committed, at zero plus `extra` (the settings
+    every trial shares, such as joining the training cases: in base and head alike)."""
     repo = work / "repo"
     _git(["clone", "--quiet", "--local", str(ROOT), str(repo)], work)
     (repo / "techniques").mkdir(exist_ok=True)
     shutil.copyfile(INJECTED, repo / "techniques" / INJECTED.name)
-    zero = {"slowdown": 0, "flip_every": 0, **({"training": True} if training else {})}
+    zero = {"slowdown": 0, "flip_every": 0, **(extra or {})}
     (repo / "techniques" / "gate_injection.json").write_text(json.dumps(zero))
     _git(["add", "techniques"], repo)
     _git(["-c", "user.name=gate-quality", "-c", "user.email=gq@localhost", "commit", "-qm", "base"], repo)
@@ -267,9 +267,9 @@ def main() -> int:
         pytest_args = [*pytest_args, "--techniques", f"eager,channels_last,{CASE_TECHNIQUE}"]
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="optbench-gate-quality-"))
     work.mkdir(parents=True, exist_ok=True)
-    repo, cache = scratch_clone(work, args.training), work / "cache"
-    only = INJECTED_ONLY_TRAINING if args.training else INJECTED_ONLY
     extra = {"training": True} if args.training else {}
+    repo, cache = scratch_clone(work, extra), work / "cache"
+    only = INJECTED_ONLY_TRAINING if args.training else INJECTED_ONLY
     label = " (training too)" if args.training else ""
     python = isolated_python(repo, work)
     env = {**os.environ, "OPTBENCH_CACHE": str(cache)}
