@@ -61,7 +61,7 @@ def test_the_task_is_not_saturated():
 
 
 def test_a_recipe_can_train_longer_than_the_task_sets_and_its_checkpoint_key_says_so():
-    """TrainRecipe.task_epochs (MobileNetV3 and the small ViT train 8 epochs of the hard digits)."""
+    """TrainRecipe.task_epochs (MobileNetV3 trains 10 epochs of the hard digits, the small ViT 16)."""
     from dataclasses import replace
 
     from optbench.catalog.checkpoint_training import train
@@ -75,6 +75,56 @@ def test_a_recipe_can_train_longer_than_the_task_sets_and_its_checkpoint_key_say
     plain = image_classifier("tiny", tiny, resolution=16, recipe=TrainRecipe(lr=3e-3))
     assert train(plain, task, progress=False)[1].epochs == 1  # without it, the task's length
     assert checkpoint_key(spec, task, 0) != checkpoint_key(plain, task, 0)
+
+
+def test_a_recipe_with_fresh_views_trains_each_later_epoch_on_new_views_of_the_same_samples():
+    """TrainRecipe.fresh_views (the small ViT): epoch 1 on the stored views, epoch k on the task's
+    (k-1)-th new set, drawn seeded; a recipe without it, or a task that cannot draw, keeps the stored."""
+    from dataclasses import replace
+
+    from optbench.catalog.checkpoint_training import train
+    from optbench.catalog.checkpoints import checkpoint_key
+
+    task = hard_digits_task(16)
+    fresh = task.train_views(1)
+    assert fresh.shape == task.train_x.shape and fresh.min() >= -1 and fresh.max() <= 1
+    assert not torch.equal(fresh, task.train_x) and not torch.equal(fresh, task.train_views(2))
+    assert torch.equal(fresh, task.train_views(1))  # seeded: the same views every time
+    seen, drawn = [], []
+
+    def views(k: int) -> torch.Tensor:
+        drawn.append(k)
+        return task.train_views(k)
+
+    class Spy(nn.Module):
+        def __init__(self, num_classes: int) -> None:
+            super().__init__()
+            self.linear = nn.Linear(3 * 16 * 16, num_classes)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.training:
+                seen.append(x[:1].clone())
+            return self.linear(x.flatten(1))
+
+    short = replace(task, epochs=3, train_views=views)
+    recipe = TrainRecipe(lr=3e-3, fresh_views=True)
+    spec = image_classifier("spy", Spy, resolution=16, recipe=recipe)
+    train(spec, short, progress=False)
+    assert drawn == [1, 2]
+    steps = -(-len(task.train_y) // recipe.batch_size)
+    firsts = [seen[i * steps] for i in range(3)]  # each epoch's first sample, in its shuffled order
+    order = torch.randperm(len(task.train_y), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(firsts[0][0], task.train_x[order[0]])
+    assert not any(
+        torch.equal(first[0], task.train_x[i]) for first in firsts[1:] for i in range(len(task.train_x))
+    )
+    # Without the flag, or on a task that cannot draw views, every epoch is the stored views.
+    drawn.clear()
+    plain = image_classifier("spy", Spy, resolution=16, recipe=TrainRecipe(lr=3e-3))
+    train(plain, short, progress=False)
+    train(spec, replace(short, train_views=None), progress=False)
+    assert drawn == []
+    assert checkpoint_key(spec, short, 0) != checkpoint_key(plain, short, 0)
 
 
 def test_every_profile_names_an_embedded_image_task_and_the_default_is_catalogs():

@@ -117,6 +117,8 @@ def train(
         leave=True,
     )
     for epoch in range(1, recipe.max_epochs + 1):
+        if recipe.fresh_views and task.train_views is not None and epoch > 1:
+            train_x = task.train_views(epoch - 1)[: recipe.train_samples]
         model.train()
         order = torch.randperm(len(train_y), generator=gen)
         for i in range(0, len(order), recipe.batch_size):

@@ -63,6 +63,10 @@ class TrainRecipe:
     clip_grad_norm: float | None = None
     """Clip the gradients' global norm to this before each step (training and pruning's fine-tune);
     None: no clipping. A ViT from scratch needs it to learn at a useful rate (docs/accuracy.md)."""
+    fresh_views: bool = False
+    """Train each epoch after the first on new random views of the same training samples, where the
+    task can draw them (the hard digits; elsewhere the stored split, every epoch). A ViT from
+    scratch overfits the stored views in 16 epochs; new ones keep it learning (docs/accuracy.md)."""
 
 
 @dataclass(frozen=True)

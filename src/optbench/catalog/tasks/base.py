@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,11 @@ class TaskData:
     epochs: int | None = None
     """Train zoo models for exactly this many epochs here (no early stop at the recipe's target
     top-1, which is set for the plain digits task); None: the recipe decides."""
+    train_views: Callable[[int], torch.Tensor] | None = None
+    """train_views(k) -> the k-th (k >= 1) set of new random views of the train split's samples, in
+    train_x's order and shape (train_y holds for them): for a recipe that asks for fresh views each
+    epoch (`TrainRecipe.fresh_views`). None: the task has only its stored views. Not part of the
+    fingerprint: the views come from the code that makes train_x, which is."""
 
     def eval_set(self, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The held-out inputs and labels, or their first `limit` (the split is shuffled and

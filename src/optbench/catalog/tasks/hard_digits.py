@@ -27,6 +27,8 @@ EVAL_VIEWS = 3
 ROTATE_DEG = 20.0
 NOISE = 0.3
 """Standard deviation of the pixel noise, on the [-1, 1] pixel scale: the main difficulty knob."""
+FRESH_SEED = 1000
+"""Seed of the k-th set of fresh training views: FRESH_SEED + k (TaskData.train_views)."""
 EPOCHS = 4
 """Epochs each zoo model trains on this task (no early stop at a target top-1)."""
 
@@ -80,6 +82,10 @@ def hard_digits_task(resolution: int) -> TaskData:
     from optbench.catalog.tasks.digits import SPLIT_SEED, split_digits
 
     images, labels, train_idx, eval_idx = split_digits(HELD_OUT)
+
+    def train_views(k: int) -> torch.Tensor:  # seeds apart from the stored views' (1) and eval's (2)
+        return distort(images[train_idx], TRAIN_VIEWS, resolution, seed=FRESH_SEED + k)
+
     return TaskData(
         name=f"hard-digits-{resolution}px-seed{SPLIT_SEED}-v{TRAIN_VIEWS}x{EVAL_VIEWS}-n{NOISE}",
         train_x=distort(images[train_idx], TRAIN_VIEWS, resolution, seed=1),
@@ -88,4 +94,5 @@ def hard_digits_task(resolution: int) -> TaskData:
         eval_y=labels[eval_idx].repeat_interleave(EVAL_VIEWS),
         num_classes=10,
         epochs=EPOCHS,
+        train_views=train_views,
     )
