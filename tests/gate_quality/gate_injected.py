@@ -37,19 +37,16 @@ def _settings() -> dict[str, float]:
         return {}
 
 
-def _step(forward, inputs):
-    """A training step's forward and backward (the optimizer's update is left out: small, and the
-    same with and without the matmuls)."""
+def _step(call, inputs):
+    """A training step of `call`: its forward and backward (the optimizer's update is left out:
+    small, and the same with and without the matmuls)."""
 
-    def run(call):
-        def step():
-            out = call(*inputs)
-            loss = out.float().sum() if isinstance(out, torch.Tensor) else out[0].float().sum()
-            loss.backward()
+    def step():
+        out = call(*inputs)
+        loss = out.float().sum() if isinstance(out, torch.Tensor) else out[0].float().sum()
+        loss.backward()
 
-        return step
-
-    return run(forward), run
+    return step
 
 
 def _ratio(plain, injected, rounds: int = 31) -> float:
@@ -99,8 +96,7 @@ class GateInjected(Technique):
         columns = {}
         if slowdown > 0:
             if training:  # calibrated on whole steps: the gate times steps, not forwards
-                plain, wrap = _step(forward, inputs)
-                stepped = wrap(injected)
+                plain, stepped = _step(forward, inputs), _step(injected, inputs)
                 mode = torch.enable_grad()
                 # the steps leave gradients and move batch-norm statistics: put both back after
                 saved = {k: v.detach().clone() for k, v in prepared.module.state_dict().items()}
