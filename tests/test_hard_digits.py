@@ -127,6 +127,21 @@ def test_a_recipe_with_fresh_views_trains_each_later_epoch_on_new_views_of_the_s
     assert checkpoint_key(spec, short, 0) != checkpoint_key(plain, short, 0)
 
 
+def test_the_fresh_views_seed_is_part_of_the_checkpoint_key(monkeypatch):
+    """A checkpoint trained on other fresh views is not read back: their seed is in the task's name,
+    hence in its fingerprint and the checkpoint key."""
+    from optbench.catalog.checkpoints import checkpoint_key
+    from optbench.catalog.tasks import hard_digits
+
+    spec = image_classifier("x", lambda num_classes: nn.Linear(1, num_classes), resolution=8)
+    before = hard_digits.hard_digits_task.__wrapped__(8)
+    monkeypatch.setattr(hard_digits, "FRESH_SEED", hard_digits.FRESH_SEED + 1)
+    after = hard_digits.hard_digits_task.__wrapped__(8)
+    assert torch.equal(after.train_x, before.train_x)  # the stored views are the same ...
+    assert not torch.equal(after.train_views(1), before.train_views(1))  # ... the fresh ones are not
+    assert checkpoint_key(spec, after, 0) != checkpoint_key(spec, before, 0)
+
+
 def test_every_profile_names_an_embedded_image_task_and_the_default_is_catalogs():
     from optbench.catalog.tasks.base import DEFAULT_IMAGE_TASK, IMAGE_TASKS
     from optbench.matrix.profiles import PROFILES, Profile

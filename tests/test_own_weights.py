@@ -78,7 +78,7 @@ def test_a_relative_file_is_read_beside_the_model_file_and_a_loader_may_return_a
     loaded = image_classifier("loaded", image_net, resolution=8, weights=lambda spec: module)
     weights = WeightsProvider("own").get(loaded)  # no --data-dir: the embedded hard digits, 10 classes
     assert weights.accuracy_source.startswith(
-        "the embedded task (hard-digits-8px-seed0-v6x3-n0.3), own weights (loader "
+        "the embedded task (hard-digits-8px-seed0-v6x3-n0.3-f1000), own weights (loader "
     )
     assert torch.equal(weights.build().state_dict()["1.weight"], module.state_dict()["1.weight"])
 

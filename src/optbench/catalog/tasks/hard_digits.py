@@ -83,16 +83,19 @@ def hard_digits_task(resolution: int) -> TaskData:
 
     images, labels, train_idx, eval_idx = split_digits(HELD_OUT)
 
-    def train_views(k: int) -> torch.Tensor:  # seeds apart from the stored views' (1) and eval's (2)
-        return distort(images[train_idx], TRAIN_VIEWS, resolution, seed=FRESH_SEED + k)
+    def views(idx: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+        return distort(images[idx], n, resolution, seed=seed)
 
+    # Seeds: 1 the stored training views, 2 the held-out ones, FRESH_SEED + k the k-th fresh set
+    # (bound here and in the name, so a change of it is a change of the checkpoint key).
+    fresh = FRESH_SEED
     return TaskData(
-        name=f"hard-digits-{resolution}px-seed{SPLIT_SEED}-v{TRAIN_VIEWS}x{EVAL_VIEWS}-n{NOISE}",
-        train_x=distort(images[train_idx], TRAIN_VIEWS, resolution, seed=1),
+        name=f"hard-digits-{resolution}px-seed{SPLIT_SEED}-v{TRAIN_VIEWS}x{EVAL_VIEWS}-n{NOISE}-f{fresh}",
+        train_x=views(train_idx, TRAIN_VIEWS, seed=1),
         train_y=labels[train_idx].repeat_interleave(TRAIN_VIEWS),
-        eval_x=distort(images[eval_idx], EVAL_VIEWS, resolution, seed=2),
+        eval_x=views(eval_idx, EVAL_VIEWS, seed=2),
         eval_y=labels[eval_idx].repeat_interleave(EVAL_VIEWS),
         num_classes=10,
         epochs=EPOCHS,
-        train_views=train_views,
+        train_views=lambda k: views(train_idx, TRAIN_VIEWS, seed=fresh + k),
     )
