@@ -165,19 +165,31 @@ def redecide(kept: Path) -> int:
     def confirmed_of(first: dict[str, list[float]], second: dict[str, list[float]]) -> set[str]:
         """The cases the first pass flags and the confirmation (as recorded) confirms."""
         verdicts = [Verdict(c, "latency_ms", UNCHANGED) for c in first]
-        paired.decide(verdicts, as_pairs(first), config.correction, config.for_case)
-        flagged = [v for v in verdicts if v.verdict == REGRESSED]
+        paired.decide(verdicts, as_pairs(first), config.correction, config.for_case, screen=True)
+        flagged = [v for v in verdicts if v.verdict == REGRESSED or v.screened]
         cases = [v.case_id for v in flagged if v.case_id in second]
         if cases:
             ab_confirm.judge(flagged, cases, as_pairs(first), as_pairs(second), config)
         return {v.case_id for v in flagged if v.confirmed}
 
     def judge(found: dict[str, list[float]]) -> set[str]:
+        """The cases the first pass sends to the confirmation: regressions and screened cases."""
         verdicts = [Verdict(c, "latency_ms", UNCHANGED) for c in found]
-        paired.decide(verdicts, as_pairs(found), config.correction, config.for_case)
-        return {v.case_id for v in verdicts if v.verdict == REGRESSED}
+        paired.decide(verdicts, as_pairs(found), config.correction, config.for_case, screen=True)
+        return {v.case_id for v in verdicts if v.verdict == REGRESSED or v.screened}
 
-    trials = json.loads((kept / "trials.json").read_text())
+    listed = kept / "trials.json"
+    if listed.exists():
+        trials = json.loads(listed.read_text())
+    else:  # a sitting stopped before it wrote its list: each kept gate.json, its kind unrecorded
+        found = sorted((kept / "runs").glob("*/gate.json"))
+        if not found:
+            print(f"gate_quality: nothing to redecide in {kept} (no trials.json, no runs/*/gate.json)")
+            return 2
+        trials = [
+            {"error": "", "kind": "unrecorded", "exit": int(json.loads(f.read_text())["failed"])}
+            for f in found
+        ]
     counts_of: dict[str, dict[str, int]] = {}
     for number, t in enumerate(trials):
         gate = kept / "runs" / f"{number:03d}" / "gate.json"

@@ -103,6 +103,11 @@ def outcome(recorded: dict) -> dict:
         "unconfirmed": sorted(
             {f"{v['case_id']}:{v['metric']}" for v in regressed if v.get("confirmed") is False}
         ),
+        # The screen (optbench/gate/paired.py; gate.json's verdicts say "screened" since it exists):
+        # cases significant before correction only, measured again, failing only if confirmed.
+        "screen": bool(verdicts) and "screened" in verdicts[0],
+        "screened": sorted({v["case_id"] for v in verdicts if v.get("screened")}),
+        "remeasured": len(confirmation.get("cases") or []),
         "injected_caught": any(CASE_TECHNIQUE in f for f in flagged),
         # Per injected case (one per model): a run can catch one model's and miss another's.
         "injected_cases": sorted({v["case_id"] for v in verdicts if CASE_TECHNIQUE in v["case_id"]}),
@@ -161,12 +166,20 @@ def summarize(trials: list[dict]) -> None:
             f"{kind}: {refuted} of {len(runs)} runs had a flagged case refuted by measuring it again; "
             f"{others} failed on a case with no injected change"
         )
+        screened = [t for t in runs if t.get("screened")]
+        if any(t.get("screen") for t in runs):
+            print(
+                f"{kind}: {len(screened)} of {len(runs)} runs screened a case (significant before the "
+                f"correction only: {sum(len(t['screened']) for t in screened)} cases, measured again)"
+            )
     # The latency cases a run of the whole selection judges (its A/A runs): what an injected run
     # that timed fewer cases (--injected-only) would have been corrected over.
     full = max((t.get("latency_judged", 0) for t in aa if t.get("selection", "full") == "full"), default=0)
     alpha = float(trials[0].get("setup", {}).get("alpha", 0.01))
+    # What a whole selection's confirmation would also have measured again on unchanged cases.
+    extra = max((t.get("remeasured", 0) for t in aa if t.get("selection", "full") == "full"), default=0)
     for kind in dict.fromkeys(t["kind"] for t in valid if t["kind"] != "A/A"):
-        _detection(kind, [t for t in valid if t["kind"] == kind], full, alpha)
+        _detection(kind, [t for t in valid if t["kind"] == kind], full, alpha, extra)
     with_plain = [t for t in aa if t.get("plain_s")]
     if with_plain:  # A/A: no calibration of an injected slowdown in the way
         costs = [t["wall_s"] / t["plain_s"] for t in with_plain]
@@ -182,27 +195,35 @@ def summarize(trials: list[dict]) -> None:
         print(f"{len(errors)} runs ended without verdicts (not counted): {errors[0]['error']}")
 
 
-def holds_at(trial: dict, full: int, alpha: float) -> bool:
+def holds_at(trial: dict, full: int, alpha: float, extra: int = 0) -> bool:
     """Whether an injected run that timed fewer cases caught its change in a way the whole selection's
     correction would keep: some caught injected case whose latency test's raw one-sided p, in the first
     measurement and in the confirmation, times `full` is below alpha (Holm's and Benjamini-Hochberg's
     adjusted p are at most that), or one caught on a metric not corrected over cases (top-1, size).
-    This bounds the correction only: a whole selection's session also runs longer and may flag more
-    cases for confirmation, which this cannot show."""
+    Under the screen (trial["screen"]) the first test is not corrected over the selection when the
+    case was measured again, so such a case holds if its first p is below alpha and its confirmation's
+    p times the cases this run measured again plus `extra` (the most a whole selection's A/A run
+    measured again) is. This bounds the correction only: a whole selection's session also runs longer,
+    which this cannot show."""
     for flag in trial.get("flagged", []):
         case, _, metric = flag.rpartition(":")
         if CASE_TECHNIQUE not in case:
             continue
         if metric != "latency_ms":
             return True
-        found = [trial.get(k, {}).get(case) for k in ("injected_p", "injected_confirm_p")]
-        found = [p for p in found if p is not None]  # no confirmation p: it was not re-measured
+        first = trial.get("injected_p", {}).get(case)
+        again = trial.get("injected_confirm_p", {}).get(case)  # None: it was not re-measured
+        if trial.get("screen") and first is not None and again is not None:
+            if first < alpha and again * (trial.get("remeasured", 1) + extra) < alpha:
+                return True
+            continue
+        found = [p for p in (first, again) if p is not None]
         if found and max(found) * full < alpha:
             return True
     return False
 
 
-def _detection(kind: str, runs: list[dict], full: int, alpha: float) -> None:
+def _detection(kind: str, runs: list[dict], full: int, alpha: float, extra: int = 0) -> None:
     # Injected training cases (gate_quality.py --training) are cases the gated selection lacks: the
     # correction a catch must survive grows by them.
     trained = max(
@@ -222,11 +243,17 @@ def _detection(kind: str, runs: list[dict], full: int, alpha: float) -> None:
     if fewer:
         caught = sum(bool(t.get("injected_caught")) for t in fewer)
         if full:
-            held = sum(holds_at(t, full, alpha) for t in fewer)
+            held = sum(holds_at(t, full, alpha, extra) for t in fewer)
+            how = (
+                f"; a screened catch: first p < {alpha:g} and the confirmation's p x (cases measured "
+                f"again + {extra}) < {alpha:g}"
+                if any(t.get("screen") for t in fewer)
+                else ""
+            )
             print(
                 f"{kind}, timing only the injected and eager inference cases: caught in {caught} of "
                 f"{len(fewer)}, of which {held} hold at the whole selection's correction ({full} latency "
-                f"cases, raw p x {full} < {alpha:g} in both measurements): detected in {rate(held, len(fewer))}"
+                f"cases, raw p x {full} < {alpha:g} in both measurements{how}): detected in {rate(held, len(fewer))}"
             )
         else:
             print(

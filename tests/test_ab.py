@@ -342,9 +342,9 @@ def test_identical_code_passes_and_leaves_the_tree_alone(clone, cache, tmp_path)
     for side in ("base", "head"):
         (raw,) = [r for r in _rows(out / "rounds" / f"{side}-1") if r["technique"] == "eager"]
         (pooled,) = [row for row in _rows(out / side) if row["technique"] == "eager"]
-        assert (
-            len(pooled["samples_ms"]) == len(raw["samples_ms"]) == pooled["rounds"] >= 48
-        )  # 16 slices x 3 rounds
+        # 16 slices of 3 rounds, or of fewer where fewer cover 0.1 s at the warm call (so on a loaded
+        # machine, whose calls are slower, as few as 16 in all).
+        assert len(pooled["samples_ms"]) == len(raw["samples_ms"]) == pooled["rounds"] >= 16
     assert (out / "gate.md").read_text() == result.stdout
 
 

@@ -204,3 +204,71 @@ def test_a_case_without_pairs_of_slices_is_not_gated_on_latency_and_says_why(tmp
     assert code == 0 and payload["failed"] is False
     text = (tmp_path / "out" / "gate.md").read_text()
     assert "1 case(s) not gated on latency" in text and "`m-workers_2-cpu-bs1-data`" in text
+
+
+def _exact(found: list[float]) -> list[tuple[list[float], list[float]]]:
+    return [([10.0] * 3, [10.0 * r] * 3) for r in found]
+
+
+SCREENED = [1.08 * (1 + 0.001 * i) for i in range(13)] + [0.9, 0.93, 0.95]
+"""8% slower with three pairs the other way: one-sided p 0.0046 on its own, 0.018 after Holm over 4."""
+
+
+def test_a_case_significant_only_before_correction_is_screened_and_measured_after_the_regressions(
+    tmp_path,
+):
+    from optbench.gate import paired
+
+    first = {"s": _exact(SCREENED), **{f"n{k}": _pairs(1.0, seed=20 + k) for k in range(3)}}
+    verdicts = [Verdict(c, "latency_ms", UNCHANGED) for c in first]
+    judged = paired.decide(verdicts, first, "holm", CONFIG.for_case, screen=True)
+    s = verdicts[0]
+    assert judged == set(first) and s.verdict == UNCHANGED and s.screened
+    assert s.p_value < 0.01 < s.p_adjusted and s.ratio > 1.05
+    assert "screened (p 0.00459 before correction)" in s.reason
+    assert not any(v.screened for v in verdicts[1:]) and not failed(verdicts)
+    # Without the screen (the second measurement's own judgement), nothing is marked.
+    plain = [Verdict(c, "latency_ms", UNCHANGED) for c in first]
+    paired.decide(plain, first, "holm", CONFIG.for_case)
+    assert not any(v.screened for v in plain)
+    # A regression is measured again before it; one the budget leaves out fails, a screened one does not.
+    verdicts.append(_flagged("r", 1.2))
+    items = {c: f"t[{c}]" for c in [*first, "r"]}
+    seconds = dict.fromkeys(items.values(), 10.0)
+    plan = ab_confirm.choose(verdicts, {*judged, "r"}, items, seconds, start_s=5.0, budget_s=30.0)
+    assert plan.cases == ["r", "s"] and plan.left_out == [] and plan.unscreened == []
+    plan = ab_confirm.choose(verdicts, {*judged, "r"}, items, seconds, start_s=5.0, budget_s=20.0)
+    assert plan.cases == ["r"] and plan.unscreened == ["s"] and plan.left_out == []
+
+
+def test_a_screened_case_fails_only_if_the_fresh_sessions_confirm_it():
+    from optbench.gate import paired
+
+    first = {"s": _exact(SCREENED), **{f"n{k}": _pairs(1.0, seed=20 + k) for k in range(3)}}
+    for fresh_ratio, fails in ((1.08, True), (1.00, False)):
+        verdicts = [Verdict(c, "latency_ms", UNCHANGED) for c in first]
+        paired.decide(verdicts, first, "holm", CONFIG.for_case, screen=True)
+        again = ab_confirm.judge(verdicts, ["s"], first, {"s": _pairs(fresh_ratio, seed=9)}, CONFIG)
+        s = verdicts[0]
+        assert s.confirmed is fails and bool(failed(verdicts)) is fails, s.reason
+        assert s.verdict == (REGRESSED if fails else UNCHANGED)
+        assert again["s"].p_adjusted < 0.01 if fails else again["s"].verdict == UNCHANGED
+        assert ("not confirmed: does not fail" in s.reason) is not fails
+
+
+def test_confirm_records_the_screened_cases_and_those_the_budget_left_unmeasured(tmp_path):
+    verdicts = [Verdict("m-x-cpu-bs1", "latency_ms", UNCHANGED, ratio=1.08, screened=True)]
+    small = AbOptions(base="HEAD", confirm_budget=5.0)
+    run = AbRun(small, _measured(tmp_path, 1.2), tmp_path, "a", "b", False, "", 10.0)
+
+    def remeasure(items: list[str]) -> Measured:
+        raise AssertionError("nothing fits the budget: nothing is measured again")
+
+    assert confirm(run, verdicts, {"m-x-cpu-bs1"}, {}, CONFIG, remeasure, None) is False
+    assert run.confirmation["unscreened"] == ["m-x-cpu-bs1"] and not run.confirmation["left_out"]
+    assert not failed(verdicts) and "they stay unchanged" in confirmation_notes(run.confirmation)[0]
+    run = AbRun(AbOptions(base="HEAD"), _measured(tmp_path, 1.2), tmp_path, "a", "b", False, "", 10.0)
+    first = {"m-x-cpu-bs1": _exact(SCREENED)}
+    confirm(run, verdicts, {"m-x-cpu-bs1"}, first, CONFIG, lambda items: _measured(tmp_path / "2", 1.1), None)
+    assert run.confirmation["screened"] == ["m-x-cpu-bs1"] and verdicts[0].confirmed
+    assert failed(verdicts) and any("of which screened" in n for n in confirmation_notes(run.confirmation))

@@ -199,3 +199,40 @@ def test_the_command_prints_each_pool(tmp_path):
         [sys.executable, str(ROOT / "scripts" / "gate_quality_tally.py")], capture_output=True, text=True
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_under_the_screen_a_catch_measured_again_holds_on_its_confirmation_alone(tally, capsys):
+    """The screen tests the first measurement uncorrected and the confirmation corrected over the cases
+    measured again, plus the most a whole selection's A/A run measured again."""
+
+    def screened(p_first, p_again, remeasured):
+        return {**_injected(p_first, p_again), "screen": True, "remeasured": remeasured}
+
+    aa = {**_trial(), "screen": True, "remeasured": 1}
+    held = screened(0.004, 0.002, 2)  # 0.004 < 0.01; 0.002 x (2 + 1) < 0.01
+    confirm_weak = screened(0.004, 0.004, 2)  # 0.004 x 3 > 0.01
+    first_weak = screened(0.02, 1e-5, 1)  # not even screened at 0.02: caught some other way, not held
+    tally.summarize([aa, held, confirm_weak, first_weak])
+    out = capsys.readouterr().out
+    assert "caught in 3 of 3, of which 1 hold at the whole selection's correction" in out
+    assert "a screened catch: first p < 0.01 and the confirmation's p x (cases measured again + 1)" in out
+    assert not tally.holds_at(_injected(0.004, 0.002), 22, 0.01)  # the rule before: 0.004 x 22 > 0.01
+
+
+def test_the_ledger_reads_the_screen_from_a_gate_json(tally):
+    recorded = {
+        "verdicts": [
+            {"case_id": "m-gate_injected", "metric": "latency_ms", "verdict": "regressed", "p_value": 0.004,
+             "confirmed": True, "screened": True},
+            {"case_id": "m-eager", "metric": "latency_ms", "verdict": "unchanged", "p_value": 0.3,
+             "confirmed": None, "screened": False},
+        ],
+        "ab": {"rounds": 1, "slices": 16, "confirmation": {"cases": ["m-gate_injected"], "paired_ratios": {}}},
+    }  # fmt: skip
+    found = tally.outcome(recorded)
+    assert found["screen"] and found["screened"] == ["m-gate_injected"] and found["remeasured"] == 1
+    assert found["flagged"] == ["m-gate_injected:latency_ms"]
+    old = tally.outcome(
+        {**recorded, "verdicts": [{k: v for k, v in recorded["verdicts"][1].items() if k != "screened"}]}
+    )
+    assert not old["screen"] and old["screened"] == []

@@ -7,6 +7,11 @@ slices then agrees, so the signed-rank test is confident, and no pairing inside 
 removes it: in a diagnostic run here, an unchanged case came out 6.8% slower with p = 0.00006. New processes
 draw that effect anew, so a real regression shows again and a session effect rarely does twice.
 
+Which cases: the regressions (significant after correction, past the threshold), then the cases the
+first test screened (significant before correction only; optbench/gate/paired.py), each worst first,
+within the budget. A regression the budget leaves out fails unconfirmed; a screened case left out
+stays unchanged. A screened case fails only if the fresh sessions confirm it, by the rule below.
+
 How the two measurements are weighed: the first measurement flagged the case, so it may set the size
 of the change but never its significance. The size is the geometric mean of the two measurements'
 median paired ratios (each pair of sessions counting once) and must pass the threshold; the
@@ -39,6 +44,8 @@ class Plan:
     estimate_s: float = 0.0
     left_out: list[str] = field(default_factory=list)
     """Flagged cases whose re-measurement would not fit the budget: they fail unconfirmed."""
+    unscreened: list[str] = field(default_factory=list)
+    """Screened cases that would not fit the budget: they stay unchanged."""
 
 
 def choose(
@@ -49,11 +56,13 @@ def choose(
     start_s: float,
     budget_s: float,
 ) -> Plan:
-    """The flagged latency regressions judged on pairs, worst first, while the estimated time (the
-    sessions' start plus each item's time in the first measurement) stays within `budget_s`."""
+    """The flagged latency regressions judged on pairs, worst first, then the screened cases, worst
+    first, while the estimated time (the sessions' start plus each item's time in the first
+    measurement) stays within `budget_s`."""
     plan = Plan()
     if budget_s <= 0:
         return plan
+    screened = {v.case_id for v in verdicts if v.screened}
     estimate = start_s
     for case_id in to_confirm(verdicts):
         item = item_of.get(case_id)
@@ -61,7 +70,7 @@ def choose(
             continue
         cost = 0.0 if item in plan.items else item_seconds.get(item, 0.0)
         if estimate + cost > budget_s:
-            plan.left_out.append(case_id)
+            (plan.unscreened if case_id in screened else plan.left_out).append(case_id)
             continue
         estimate += cost
         plan.cases.append(case_id)

@@ -30,8 +30,9 @@ class AbOptions:
     json: Path | None = None
     pytest_args: list[str] = field(default_factory=list)
     confirm_budget: float = 600.0
-    """Seconds the confirmation (flagged latency regressions measured again in fresh sessions) may
-    take; 0: none (a flagged regression then fails unconfirmed)."""
+    """Seconds the confirmation (flagged latency regressions, then screened cases, measured again in
+    fresh sessions) may take; 0: none (a flagged regression then fails unconfirmed, and a screened
+    case stays unchanged)."""
     step_timeout: float = 1800.0
     """Seconds one test item may take before its session is declared hung and stopped."""
     start_timeout: float = 900.0

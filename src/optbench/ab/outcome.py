@@ -93,7 +93,8 @@ def gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
     pairs = paired_slices(base.rows, head.rows)
     ratios = {case_id: paired.ratios(found) for case_id, found in pairs.items()}
     gated = [v for v in verdicts if v.metric == GATED and v.p_value is not None]
-    judged = paired.decide(gated, pairs, config.correction, config.for_case)
+    confirming = remeasure is not None and run.options.confirm_budget > 0
+    judged = paired.decide(gated, pairs, config.correction, config.for_case, screen=confirming)
     unpaired = sorted({v.case_id for v in gated} - judged)
     for v in gated:
         if v.case_id in unpaired:
@@ -104,6 +105,9 @@ def gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
                 f"not gated: fewer than {paired.MIN_PAIRS} pairs of timing slices (a loader epoch is "
                 "timed whole; a base older than the slices times its cases whole)"
             )
+    for v in gated:  # the paired test decided these after compare() read the ignore list
+        if v.verdict == REGRESSED or v.screened:
+            v.ignored = config.ignored(v.case_id)
     interrupted = False
     if remeasure is not None:
         interrupted = confirm(run, verdicts, judged, pairs, config, remeasure, profile)
@@ -184,13 +188,15 @@ def confirm(
     plan = ab_confirm.choose(
         verdicts, judged, item_of, measured.item_seconds, measured.start_s, run.options.confirm_budget
     )
-    if not plan.cases and not plan.left_out:
+    if not plan.cases and not plan.left_out and not plan.unscreened:
         return False
     record: dict[str, Any] = {
         "budget_s": run.options.confirm_budget,
         "estimate_s": round(plan.estimate_s, 1),
         "cases": plan.cases,
+        "screened": [v.case_id for v in verdicts if v.screened and v.case_id in plan.cases],
         "left_out": plan.left_out,
+        "unscreened": plan.unscreened,
     }
     run.confirmation = record
     if not plan.cases:
@@ -323,9 +329,10 @@ def _pairs_markdown(ratios: dict[str, list[float]], config: Any) -> list[str]:
         "",
         "Head's median latency over base's in each pair of timing slices (or each round, where a side "
         "could not slice), the two measured moments apart on this machine. A latency change fails only "
-        "when the one-sided signed-rank test on the pairs is significant after correction, the median "
-        "ratio passes the A/B threshold, and it holds when a fresh pair of sessions measures it again "
-        "(both measurements weighed together; the fresh one must lean slower). (In "
+        "when the one-sided signed-rank test on the pairs is significant (after correction, or before "
+        "it for a case measured again), the median ratio passes the A/B threshold, and it holds when a "
+        "fresh pair of sessions measures it again (both measurements weighed together for its size; "
+        "the fresh one's own test, corrected, for its significance). (In "
         "the verdicts above, baseline and this run are the pooled medians; the latency ratio and its "
         "interval are the pairs'.)",
         "",
@@ -364,6 +371,11 @@ def confirmation_notes(record: dict[str, Any] | None) -> list[str]:
             f"- latency regressions measured again in a fresh pair of sessions{took} (a regression fails "
             f"only if it holds over both measurements): {shown}"
         )
+        if record.get("screened"):
+            notes.append(
+                "- of which screened (significant before the correction only; they fail only if the "
+                f"fresh sessions confirm them): {', '.join(f'`{c}`' for c in record['screened'])}"
+            )
     if record.get("error"):
         notes.append(f"- confirmation: {record['error']}")
     if record.get("left_out"):
@@ -371,5 +383,11 @@ def confirmation_notes(record: dict[str, Any] | None) -> list[str]:
         notes.append(
             f"- not measured again within the {record['budget_s']:g} s confirmation budget (they fail "
             f"unconfirmed; raise `--confirm-budget`): {shown}"
+        )
+    if record.get("unscreened"):
+        shown = ", ".join(f"`{c}`" for c in record["unscreened"])
+        notes.append(
+            f"- screened but not measured again within the {record['budget_s']:g} s confirmation budget "
+            f"(they stay unchanged): {shown}"
         )
     return notes

@@ -75,8 +75,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=AbOptions.confirm_budget,
         metavar="S",
-        help="seconds for measuring flagged latency regressions again in fresh sessions before they fail "
-        f"(default {AbOptions.confirm_budget:g}; 0: fail without confirming)",
+        help="seconds for measuring flagged latency regressions (then cases significant before correction "
+        f"only) again in fresh sessions (default {AbOptions.confirm_budget:g}; 0: regressions fail "
+        "without confirming)",
     )
     parser.add_argument(
         "--step-timeout",

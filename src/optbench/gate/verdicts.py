@@ -49,8 +49,12 @@ class Verdict:
     ignored: str | None = None
     """Why a regression here is acknowledged (the ignore list); it does not fail the gate."""
     confirmed: bool | None = None
-    """Latency regressions measured again: True when the second measurement regressed too, False
-    when it did not (then it does not fail the gate); None: not measured again."""
+    """Latency regressions (and screened cases) measured again: True when the second measurement
+    regressed too, False when it did not (then it does not fail the gate); None: not measured again."""
+    screened: bool = False
+    """`optbench ab`, latency on pairs: slower at the uncorrected alpha and past the threshold, but not
+    significant after correction. Measured again when the budget allows; a regression only if that
+    confirms it (optbench/gate/paired.py)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
@@ -312,10 +316,13 @@ def failed(verdicts: list[Verdict]) -> list[Verdict]:
 
 
 def to_confirm(verdicts: list[Verdict]) -> list[str]:
-    """Case ids whose latency regressed and would fail the gate, worst first: those to measure again."""
+    """Case ids to measure again: those whose latency regressed and would fail the gate, worst first,
+    then the screened ones, worst first (left out, those fail nothing)."""
     flagged = [v for v in failed(verdicts) if v.metric.startswith("latency") and v.ratio is not None]
     flagged.sort(key=lambda v: -(v.ratio or 0.0))
-    return list(dict.fromkeys(v.case_id for v in flagged))
+    screened = [v for v in verdicts if v.screened and not v.ignored and v.ratio is not None]
+    screened.sort(key=lambda v: -(v.ratio or 0.0))
+    return list(dict.fromkeys(v.case_id for v in [*flagged, *screened]))
 
 
 def apply_confirmation(verdicts: list[Verdict], second: list[Verdict], measured: set[str]) -> None:
@@ -323,13 +330,16 @@ def apply_confirmation(verdicts: list[Verdict], second: list[Verdict], measured:
     the same baseline, regressed in the same metric) or not."""
     again = {(v.case_id, v.metric): v for v in second}
     for v in verdicts:
-        if v.verdict != REGRESSED or not v.metric.startswith("latency") or v.case_id not in measured:
+        flagged = v.verdict == REGRESSED or v.screened
+        if not flagged or not v.metric.startswith("latency") or v.case_id not in measured:
             continue
         other = again.get((v.case_id, v.metric))
         v.confirmed = other is not None and other.verdict == REGRESSED
         seen = (
             f"ratio {other.ratio:.3g}, {other.verdict}" if other is not None and other.ratio else "no result"
         )
+        if v.screened and v.confirmed:  # the fresh sessions' test decides, so the screen may fail
+            v.verdict = REGRESSED
         v.reason += f"; measured again: {seen}" + ("" if v.confirmed else " (not confirmed: does not fail)")
 
 
