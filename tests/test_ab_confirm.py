@@ -272,3 +272,31 @@ def test_confirm_records_the_screened_cases_and_those_the_budget_left_unmeasured
     confirm(run, verdicts, {"m-x-cpu-bs1"}, first, CONFIG, lambda items: _measured(tmp_path / "2", 1.1), None)
     assert run.confirmation["screened"] == ["m-x-cpu-bs1"] and verdicts[0].confirmed
     assert failed(verdicts) and any("of which screened" in n for n in confirmation_notes(run.confirmation))
+
+
+def test_a_case_only_the_pairs_find_slower_is_still_looked_up_in_the_ignore_list(tmp_path):
+    """7% slower: past the pairs' 5% threshold but not the pooled 10% one, so only the paired test
+    regresses it, after compare() read the ignore list; an acknowledged case must still not fail."""
+    from dataclasses import replace
+
+    from optbench.ab.outcome import gate
+
+    row = dict(case_id="m-eager-cpu-bs1", model="m", technique="eager", device="cpu", mode="inference")
+    row |= dict(batch_size=1, input_shape="3x8x8", weights="random", status="passed", dtype="float32")
+    row["machine_fingerprint"] = "fp"
+    for config, code in ((CONFIG, 1), (replace(CONFIG, ignore={"m-eager-*": "known: a bigger model"}), 0)):
+        sides = {}
+        for name, factor in (("base", 1.0), ("head", 1.07)):
+            side = Side(name, "0" * 40, tmp_path, {}, tmp_path / "raw" / name, tmp_path / f"{name}.log")
+            flat = [s * factor for b, _ in _pairs(1.0, seed=3) for s in b]
+            side.rows = [SessionRow({**row, "samples_ms": flat}, 1, "t[a]", [3 * k for k in range(1, 16)])]
+            sides[name] = side
+        measured = Measured(sides, ["t[a]"], {"t[a]": 1.0}, 1.0)
+        options = AbOptions(base="HEAD", confirm_budget=0)
+        out = tmp_path / f"out{code}"
+        run = AbRun(options, measured, out, "a", "b", False, "both sides run one optbench", 5.0)
+        assert gate(run, config) == code
+        (latency,) = [
+            v for v in json.loads((out / "gate.json").read_text())["verdicts"] if v["metric"] == "latency_ms"
+        ]
+        assert latency["verdict"] == "regressed" and (latency["ignored"] is not None) is (code == 0)
