@@ -162,21 +162,20 @@ def redecide(kept: Path) -> int:
     def as_pairs(found: dict[str, list[float]]) -> dict[str, list[paired.Pair]]:
         return {c: [([1.0], [r]) for r in ratios] for c, ratios in found.items()}
 
-    def confirmed_of(first: dict[str, list[float]], second: dict[str, list[float]]) -> set[str]:
-        """The cases the first pass flags and the confirmation (as recorded) confirms."""
-        verdicts = [Verdict(c, "latency_ms", UNCHANGED) for c in first]
-        paired.decide(verdicts, as_pairs(first), config.correction, config.for_case, screen=True)
-        flagged = [v for v in verdicts if v.verdict == REGRESSED or v.screened]
+    def first_pass(found: dict[str, list[float]]) -> list[Verdict]:
+        """The verdicts the first pass sends to the confirmation: regressions and screened cases."""
+        verdicts = [Verdict(c, "latency_ms", UNCHANGED) for c in found]
+        paired.decide(verdicts, as_pairs(found), config.correction, config.for_case, screen=True)
+        return [v for v in verdicts if v.verdict == REGRESSED or v.screened]
+
+    def confirmed_of(
+        first: dict[str, list[float]], flagged: list[Verdict], second: dict[str, list[float]]
+    ) -> set[str]:
+        """The flagged cases the confirmation (as recorded) confirms."""
         cases = [v.case_id for v in flagged if v.case_id in second]
         if cases:
             ab_confirm.judge(flagged, cases, as_pairs(first), as_pairs(second), config)
         return {v.case_id for v in flagged if v.confirmed}
-
-    def judge(found: dict[str, list[float]]) -> set[str]:
-        """The cases the first pass sends to the confirmation: regressions and screened cases."""
-        verdicts = [Verdict(c, "latency_ms", UNCHANGED) for c in found]
-        paired.decide(verdicts, as_pairs(found), config.correction, config.for_case, screen=True)
-        return {v.case_id for v in verdicts if v.verdict == REGRESSED or v.screened}
 
     listed = kept / "trials.json"
     if listed.exists():
@@ -186,20 +185,19 @@ def redecide(kept: Path) -> int:
         if not found:
             print(f"gate_quality: nothing to redecide in {kept} (no trials.json, no runs/*/gate.json)")
             return 2
-        trials = [
-            {"error": "", "kind": "unrecorded", "exit": int(json.loads(f.read_text())["failed"])}
-            for f in found
-        ]
+        trials = [{"error": "", "kind": "unrecorded", "gate": f} for f in found]
     counts_of: dict[str, dict[str, int]] = {}
     for number, t in enumerate(trials):
-        gate = kept / "runs" / f"{number:03d}" / "gate.json"
+        gate = t.get("gate") or kept / "runs" / f"{number:03d}" / "gate.json"
         if t["error"] or not gate.exists():
             continue
         data = json.loads(gate.read_text())
-        flagged = judge(data["ab"]["paired_ratios"])
+        first = data["ab"]["paired_ratios"]
+        verdicts = first_pass(first)
+        flagged = {v.case_id for v in verdicts}
         record = data["ab"].get("confirmation") or {}
         measured = record.get("paired_ratios") or {}
-        confirmed = confirmed_of(data["ab"]["paired_ratios"], measured)
+        confirmed = confirmed_of(first, verdicts, measured)
         unknown = flagged - set(measured)
         other = [v for v in data["verdicts"] if v["metric"] != "latency_ms" and v["verdict"] == REGRESSED]
         caught = any(CASE_TECHNIQUE in c for c in confirmed) or any(
@@ -210,7 +208,7 @@ def redecide(kept: Path) -> int:
         counts["failing"] += bool(confirmed or other)
         counts["caught"] += caught
         counts["unknown"] += bool(unknown) and not caught
-        was = "fail" if t["exit"] == 1 else "pass"
+        was = "fail" if t.get("exit", int(data["failed"])) == 1 else "pass"
         now = (
             "fail"
             if (confirmed or other)

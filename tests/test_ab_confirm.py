@@ -163,24 +163,26 @@ def test_fresh_sessions_that_do_not_lean_slower_refute_on_their_own():
     assert again["case"].verdict == UNCHANGED and verdicts[0].confirmed is False and not failed(verdicts)
 
 
+def _identity(case_id: str, mode: str) -> dict:
+    """A passed row's identity, as a session writes it."""
+    return {"case_id": case_id, "model": "m", "technique": case_id.split("-")[1], "device": "cpu",
+            "mode": mode, "batch_size": 1, "input_shape": "3x8x8", "weights": "random", "status": "passed",
+            "dtype": "float32", "machine_fingerprint": "fp"}  # fmt: skip
+
+
 def test_a_case_without_pairs_of_slices_is_not_gated_on_latency_and_says_why(tmp_path):
     """A loader epoch is timed whole: too few pairs to judge on, and a pooled test false-alarms on a
     shared machine. Its latency is left out of the gate, named in the notes; a sliced case is gated."""
     from optbench.ab.outcome import gate
-
-    def identity(case_id: str, mode: str) -> dict:
-        return {"case_id": case_id, "model": "m", "technique": case_id.split("-")[1], "device": "cpu",
-                "mode": mode, "batch_size": 1, "input_shape": "3x8x8", "weights": "random", "status": "passed",
-                "dtype": "float32", "machine_fingerprint": "fp"}  # fmt: skip
 
     sides = {}
     for name, factor in (("base", 1.0), ("head", 1.5)):  # head's loader epochs 1.5x slower
         side = Side(name, "0" * 40, tmp_path, {}, tmp_path / "raw" / name, tmp_path / f"{name}.log")
         sliced = [s for b, _ in _pairs(1.0, seed=3) for s in b]
         side.rows = [
-            SessionRow({**identity("m-eager-cpu-bs1", "inference"), "samples_ms": sliced}, 1, "t[a]",
+            SessionRow({**_identity("m-eager-cpu-bs1", "inference"), "samples_ms": sliced}, 1, "t[a]",
                        [3 * k for k in range(1, 16)]),
-            SessionRow({**identity("m-workers_2-cpu-bs1-data", "data"),
+            SessionRow({**_identity("m-workers_2-cpu-bs1-data", "data"),
                         "samples_ms": [100.0 * factor + i for i in range(8)]}, 1, "t[b]", []),
         ]  # fmt: skip
         sides[name] = side
@@ -281,9 +283,7 @@ def test_a_case_only_the_pairs_find_slower_is_still_looked_up_in_the_ignore_list
 
     from optbench.ab.outcome import gate
 
-    row = dict(case_id="m-eager-cpu-bs1", model="m", technique="eager", device="cpu", mode="inference")
-    row |= dict(batch_size=1, input_shape="3x8x8", weights="random", status="passed", dtype="float32")
-    row["machine_fingerprint"] = "fp"
+    row = _identity("m-eager-cpu-bs1", "inference")
     for config, code in ((CONFIG, 1), (replace(CONFIG, ignore={"m-eager-*": "known: a bigger model"}), 0)):
         sides = {}
         for name, factor in (("base", 1.0), ("head", 1.07)):
