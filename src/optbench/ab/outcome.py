@@ -64,7 +64,7 @@ def gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
     """Pool and write each side's rows, judge them, write gate.md and gate.json; the exit code."""
     from optbench.gate import paired
     from optbench.gate.render import verdicts_json
-    from optbench.gate.verdicts import NOT_COMPARABLE, REGRESSED, Verdict, compare, failed
+    from optbench.gate.verdicts import NOT_COMPARABLE, REGRESSED, Verdict, acknowledge, compare, failed
     from optbench.results import load
 
     base, head = run.sides["base"], run.sides["head"]
@@ -105,9 +105,7 @@ def gate(run: AbRun, config: Any, remeasure: Remeasure | None = None) -> int:
                 f"not gated: fewer than {paired.MIN_PAIRS} pairs of timing slices (a loader epoch is "
                 "timed whole; a base older than the slices times its cases whole)"
             )
-    for v in gated:  # the paired test decided these after compare() read the ignore list
-        if v.verdict == REGRESSED or v.screened:
-            v.ignored = config.ignored(v.case_id)
+    acknowledge(gated, config)  # the paired test decided these after compare() read the ignore list
     interrupted = False
     if remeasure is not None:
         interrupted = confirm(run, verdicts, judged, pairs, config, remeasure, profile)

@@ -277,10 +277,16 @@ def compare(
         v.p_adjusted = adjusted
         _decide_latency(v, config.for_case(v.case_id))
     verdicts += latency
-    for v in verdicts:
-        if v.verdict == REGRESSED:
-            v.ignored = config.ignored(v.case_id)
+    acknowledge(verdicts, config)
     return sorted(verdicts, key=lambda v: (v.case_id, v.metric))
+
+
+def acknowledge(verdicts: list[Verdict], config: Any) -> None:
+    """Mark the regressions (and the screened cases) the ignore list acknowledges, with its reason.
+    `optbench ab` calls it again after its paired test decided the latency verdicts."""
+    for v in verdicts:
+        if v.verdict == REGRESSED or v.screened:
+            v.ignored = config.ignored(v.case_id)
 
 
 def nothing_gated(verdicts: list[Verdict]) -> str | None:
