@@ -33,6 +33,8 @@ from pathlib import Path
 
 import gate_quality_tally as tally
 
+from optbench.ab.worktree import MEMO_TREE_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 INJECTED = ROOT / "tests" / "gate_quality" / "gate_injected.py"
 CASE_TECHNIQUE = tally.CASE_TECHNIQUE
@@ -302,6 +304,18 @@ def main() -> int:
         cwd=repo,
         capture_output=True,
         env=env,
+    )
+    # ... and the evaluations and short trainings `optbench ab`'s sessions reuse: theirs are keyed on
+    # the code each side runs (optbench.ab.worktree.tree_id), here the scratch commit, which base and
+    # an A/A head both run. The plain runs' own keys are the run above's.
+    sha = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
+    subprocess.run(
+        [python, "-m", "pytest", *warm, "--results-dir", str(work / "warm")],
+        cwd=repo,
+        capture_output=True,
+        env={**env, MEMO_TREE_ENV: sha},
     )
 
     def plain_run() -> float:

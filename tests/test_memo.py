@@ -62,20 +62,52 @@ def test_a_second_run_reads_the_evaluations_back_and_a_changed_setting_evaluates
     assert fresh["eval_cached"] is None and evaluate.calls == 4  # eager evaluates twice (determinism)
 
 
-def test_optbench_abs_sessions_never_reuse(tmp_path, registries):
+def test_optbench_abs_sessions_reuse_only_what_their_own_tree_made(tmp_path, registries, monkeypatch):
     from optbench.pytest_plugin.runner import plain_timer
 
     memo = Memo(tmp_path / "cache")
-    CaseRunner(_state(tmp_path, "one", memo)).run(Case("tiny_mlp", "eager", "cpu", 4))
-    assert CaseRunner(_state(tmp_path, "two", memo)).run(Case("tiny_mlp", "eager", "cpu", 4))["eval_cached"]
+    case = Case("tiny_mlp", "eager", "cpu", 4)
+    CaseRunner(_state(tmp_path, "one", memo)).run(case)
+    assert CaseRunner(_state(tmp_path, "two", memo)).run(case)["eval_cached"]
 
     def paced(call, rounds, warmup, *, paced=True):  # what optbench ab's sessions time with
         return plain_timer(call, rounds, warmup, paced=paced)
 
     paced.pacer = object()
+    # A session that does not know which code it runs reuses nothing, not even a plain run's.
     state = _state(tmp_path, "three", memo)
-    row = CaseRunner(state).run(Case("tiny_mlp", "eager", "cpu", 4), time_fn=paced)
+    row = CaseRunner(state).run(case, time_fn=paced)
     assert state.memo is None and row["eval_cached"] is None
+    # One that does (optbench ab names each side's commit and uncommitted changes) reuses only what
+    # that same tree made: the plain runs' evaluations are under another key.
+    evaluate = _Counting(inference_module.evaluate)
+    monkeypatch.setattr(inference_module, "evaluate", evaluate)
+    first = CaseRunner(_state(tmp_path, "four", memo, memo_tree="abc123")).run(case, time_fn=paced)
+    assert first["eval_cached"] is False and evaluate.calls == 2  # eager evaluates twice (determinism)
+    again = CaseRunner(_state(tmp_path, "five", memo, memo_tree="abc123")).run(case, time_fn=paced)
+    assert again["eval_cached"] is True and evaluate.calls == 2 and again["top1"] == first["top1"]
+    other = CaseRunner(_state(tmp_path, "six", memo, memo_tree="abc123+0f0f")).run(case, time_fn=paced)
+    assert other["eval_cached"] is False and evaluate.calls == 4
+
+
+def test_a_gated_session_gets_a_memo_only_when_it_knows_its_tree(tmp_path, monkeypatch):
+    from optbench.ab.worktree import MEMO_TREE_ENV
+    from optbench.pytest_plugin import hooks
+
+    class Config:  # the one option _memo reads from pytest's config
+        def __init__(self, compare):
+            self.compare = compare
+
+        def getoption(self, name, default=None):
+            return self.compare if name == "optbench_compare" else default
+
+    monkeypatch.setenv("OPTBENCH_CACHE", str(tmp_path))
+    monkeypatch.delenv(MEMO_TREE_ENV, raising=False)
+    assert hooks._memo(Config(None), {"fresh_evaluations": False}) is not None
+    assert hooks._memo(Config("baseline"), {"fresh_evaluations": False}) is None
+    monkeypatch.setenv(MEMO_TREE_ENV, "abc123")
+    assert hooks._memo(Config("baseline"), {"fresh_evaluations": False}) is not None
+    assert hooks._memo(Config("baseline"), {"fresh_evaluations": True}) is None
 
 
 def test_a_second_run_reuses_the_short_training(tmp_path, registries, monkeypatch):

@@ -58,6 +58,8 @@ def run_ab(options: AbOptions) -> int:
                 options, pytest_args, {"base": base_sha, "head": head.sha},
                 {"base": base_cwd, "head": cwd}, {"base": base_path, "head": []}, env, plugin_dir,
                 config.thresholds.alpha,
+                # Each session reuses the evaluations and short trainings of exactly its own code.
+                {"base": base_sha, "head": worktree.tree_id(head.repo, head.sha)},
             )  # fmt: skip
             print(
                 f"optbench ab: base {options.base} ({base_sha[:12]}) vs head {head.sha[:12]}"

@@ -28,6 +28,7 @@ from typing import Any
 
 from optbench.ab.options import AbOptions
 from optbench.ab.pooling import SessionRow
+from optbench.ab.worktree import MEMO_TREE_ENV
 from optbench.errors import UsageProblem
 
 PLUGIN_MODULE = "optbench_lockstep"
@@ -182,6 +183,9 @@ class Setup:
     plugin_dir: Path
     alpha: float = 0.01
     """The gate's alpha: with it, the pairs each case gets must make a regression reachable."""
+    trees: dict[str, str | None] = field(default_factory=dict)
+    """Which code each side runs (worktree.tree_id), for its session's reuse of evaluations; None or
+    absent: that session reuses none."""
 
 
 def copy_plugin(folder: Path) -> Path:
@@ -210,10 +214,12 @@ def running(setup: Setup, out: Path) -> Iterator[dict[str, Side]]:
     try:
         for name in ("base", "head"):
             side_env = {
-                **setup.env,
+                **{k: v for k, v in setup.env.items() if k != MEMO_TREE_ENV},
                 "PYTHONPATH": _pythonpath([*setup.imports[name], str(setup.plugin_dir)], setup.env),
                 ENV: server.spec(name),
             }
+            if setup.trees.get(name):
+                side_env[MEMO_TREE_ENV] = str(setup.trees[name])
             sides[name] = Side(
                 name, setup.shas[name], setup.cwds[name], side_env, out / "raw" / name, out / f"{name}.log"
             )

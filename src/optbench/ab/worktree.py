@@ -4,6 +4,7 @@ repository, base's optbench installed so that the base session imports it. No to
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -54,6 +55,39 @@ def head(cwd: Path) -> Head:
     sha = git(["rev-parse", "HEAD"], repo).stdout.strip()
     dirty = bool(git(["status", "--porcelain", "--untracked-files=no"], repo).stdout.strip())
     return Head(repo, sha, dirty)
+
+
+MEMO_TREE_ENV = "OPTBENCH_MEMO_TREE"
+"""Set by `optbench ab` in each session's environment: which code that session runs (tree_id). With it
+a session reuses only the evaluations and short trainings made by exactly that code (the memo's keys
+take it in: optbench/measure/memo.py); without it a gated session reuses none."""
+
+
+def tree_id(repo: Path, sha: str) -> str | None:
+    """The identity of the code in the working tree at `repo`, whose HEAD is `sha`: `sha` itself when
+    nothing is uncommitted or untracked (a base worktree, a clean checkout), else `sha` plus a digest of
+    the uncommitted changes (`git diff HEAD --binary`) and of each untracked, not ignored, file's
+    name, size and modification time. None when git cannot tell (then nothing is reused). Files
+    outside the repository, and ignored ones, are not in it."""
+    try:
+        diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=repo, capture_output=True)
+        others = subprocess.run(
+            ["git", "ls-files", "--others", "--exclude-standard", "-z"], cwd=repo, capture_output=True
+        )
+    except OSError:
+        return None
+    if diff.returncode != 0 or others.returncode != 0:
+        return None
+    if not diff.stdout and not others.stdout:
+        return sha
+    digest = hashlib.sha256(diff.stdout)
+    for name in sorted(n for n in others.stdout.split(b"\0") if n):
+        try:
+            info = (repo / os.fsdecode(name)).stat()
+        except OSError:
+            return None
+        digest.update(b"\0" + name + f"|{info.st_size}|{info.st_mtime_ns}".encode())
+    return f"{sha}+{digest.hexdigest()[:16]}"
 
 
 def add_worktree(repo: Path, sha: str, worktree: Path, cwd: Path) -> Path:

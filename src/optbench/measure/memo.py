@@ -4,7 +4,9 @@ Both are deterministic work whose result depends only on what runs and what it r
 holds all of it: optbench's catalog and measure sources and the model's own file (any edit makes a
 new key), the weights, the technique, the shapes and batch sizes, a digest of the input tensors,
 torch's version and the machine's fingerprint (its ISA decides which int8 and bf16 kernels run, and
-so the logits). Timing is never reused. `--fresh-evaluations` turns reuse off for a run.
+so the logits). Timing is never reused. `--fresh-evaluations` turns reuse off for a run. A gated
+run reuses nothing, unless `optbench ab` named the code its session runs (RunState.memo_tree, in
+every key then: a session reuses only what exactly its own code made).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from optbench.ab.worktree import MEMO_TREE_ENV
 from optbench.errors import UnknownNameError, UsageProblem
 from optbench.matrix.profiles import get_profile
 
@@ -229,6 +230,7 @@ def pytest_collection_modifyitems(
         ceilings=Ceilings(),
         repo_dir=str(config.rootpath),
         memo=_memo(config, option),
+        memo_tree=os.environ.get(MEMO_TREE_ENV) or None,
     )
     state["run_dir"] = run_dir
     _write_manifest(config, state, run_id, run_dir, items)
@@ -242,11 +244,14 @@ def pytest_collection_modifyitems(
 
 def _memo(config: pytest.Config, option: dict[str, Any]) -> Any:
     """Where evaluations and short trainings are reused from, or None: --fresh-evaluations, and a
-    gated run (its second look must measure the candidate's own accuracy)."""
+    gated run (its second look must measure the candidate's own accuracy) unless `optbench ab` named
+    the exact code this session runs (MEMO_TREE_ENV, then in every key)."""
     from optbench.catalog.checkpoints import cache_dir
     from optbench.measure.memo import Memo
 
-    if option["fresh_evaluations"] or config.getoption("optbench_compare", None):
+    if option["fresh_evaluations"]:
+        return None
+    if config.getoption("optbench_compare", None) and not os.environ.get(MEMO_TREE_ENV):
         return None
     return Memo(cache_dir())
 

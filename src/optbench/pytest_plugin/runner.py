@@ -134,7 +134,11 @@ class RunState:
     """Data mode: the PipelineConfig (dataset, images, crop) every data case reads."""
     memo: Any = None
     """The optbench.measure.memo.Memo evaluations and short trainings are reused from and kept in
-    (None: every one measured afresh: --fresh-evaluations, a gated run, optbench ab's sessions)."""
+    (None: every one measured afresh: --fresh-evaluations, a gated run, optbench ab's sessions
+    without memo_tree)."""
+    memo_tree: str | None = None
+    """Which code this run is (optbench ab's sessions: its commit and uncommitted changes); in every
+    memo key when set, and what lets a paced (ab) session reuse at all."""
 
     @property
     def setup(self) -> Setup:
@@ -164,7 +168,10 @@ class RunState:
             eager=self.eager,
             call_timeout_s=self.call_timeout_s,
             memo=self.memo,
-            memo_parts={"calibration_samples": self.calibration_samples},
+            memo_parts={
+                "calibration_samples": self.calibration_samples,
+                **({"tree": self.memo_tree} if self.memo_tree else {}),
+            },
         )
 
     def record(self, row: dict[str, Any]) -> None:
@@ -222,8 +229,10 @@ class CaseRunner:
         if _paced(time_fn):  # optbench ab: the sessions are paired, each case is timed alone
             self.state.paired = False
             # ... and each session measures its own code's accuracy: a change in a file no key
-            # covers (a data file a technique reads) must show.
-            self.state.memo = None
+            # covers (a data file a technique reads) must show. Reused only when the key holds the
+            # session's whole tree (memo_tree: its commit and uncommitted changes).
+            if not self.state.memo_tree:
+                self.state.memo = None
         if case.skip_reason:
             row = {**self._identity(case, test, True), "status": Status.SKIPPED, "reason": case.skip_reason}
             row["timestamp"] = now()
