@@ -39,6 +39,9 @@ def test_a_tree_is_its_commit_until_anything_in_it_changes(tmp_path):
     assert tree_id(tmp_path, sha) == edited  # the same change, the same identity
     (tmp_path / "technique.py").write_text("SCALE = 3\n")
     assert tree_id(tmp_path, sha) not in (sha, edited)
+    # A user's external diff tool that prints nothing does not make the change invisible.
+    _git(tmp_path, "config", "diff.external", "true")
+    assert tree_id(tmp_path, sha) not in (sha, edited)
     (tmp_path / "technique.py").write_text("SCALE = 1\n")
     assert tree_id(tmp_path, sha) == sha  # back as committed
 

@@ -66,11 +66,16 @@ take it in: optbench/measure/memo.py); without it a gated session reuses none.""
 def tree_id(repo: Path, sha: str) -> str | None:
     """The identity of the code in the working tree at `repo`, whose HEAD is `sha`: `sha` itself when
     nothing is uncommitted or untracked (a base worktree, a clean checkout), else `sha` plus a digest of
-    the uncommitted changes (`git diff HEAD --binary`) and of each untracked, not ignored, file's
+    the uncommitted changes (`git diff --binary HEAD`, without external tools or textconv) and of each untracked, not ignored, file's
     name, size and modification time. None when git cannot tell (then nothing is reused). Files
     outside the repository, and ignored ones, are not in it."""
     try:
-        diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=repo, capture_output=True)
+        # The raw patch: a configured external diff tool, textconv driver or colour must not stand in
+        # for the bytes (a tool printing nothing would make a changed head look like its commit).
+        diff = subprocess.run(
+            ["git", "diff", "--no-ext-diff", "--no-textconv", "--no-color", "--binary", "HEAD"],
+            cwd=repo, capture_output=True,
+        )  # fmt: skip
         others = subprocess.run(
             ["git", "ls-files", "--others", "--exclude-standard", "-z"], cwd=repo, capture_output=True
         )
