@@ -296,27 +296,21 @@ def main() -> int:
     # Fill the cache once, outside the measured trials: the weights and every preparation of the
     # selection (calibrations, fine-tunes, compiled code). With only the weights warm, the first
     # trial paid for the preparations and the plain run timed after it did not, which overstated
-    # the gate's cost (measured: docs/gate.md, "The shipped rule"). Injected runs alone time only
+    # the gate's cost (measured: docs/gate.md, "How good the gate is"). Injected runs alone time only
     # their own selection, so only that needs warming.
     warm = [*pytest_args, "-k", only] if args.injected_only and not args.aa else pytest_args
-    subprocess.run(
-        [python, "-m", "pytest", *warm, "--results-dir", str(work / "warm")],
-        cwd=repo,
-        capture_output=True,
-        env=env,
-    )
-    # ... and the evaluations and short trainings `optbench ab`'s sessions reuse: theirs are keyed on
-    # the code each side runs (optbench.ab.worktree.tree_id), here the scratch commit, which base and
-    # an A/A head both run. The plain runs' own keys are the run above's.
+    # Twice: the plain runs' keys, then those `optbench ab`'s sessions reuse, keyed on the code each
+    # side runs (optbench.ab.worktree.tree_id): the scratch commit, which base and an A/A head run.
     sha = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
     ).stdout.strip()
-    subprocess.run(
-        [python, "-m", "pytest", *warm, "--results-dir", str(work / "warm")],
-        cwd=repo,
-        capture_output=True,
-        env={**env, MEMO_TREE_ENV: sha},
-    )
+    for keys in ({}, {MEMO_TREE_ENV: sha}):
+        subprocess.run(
+            [python, "-m", "pytest", *warm, "--results-dir", str(work / "warm")],
+            cwd=repo,
+            capture_output=True,
+            env={**env, **keys},
+        )
 
     def plain_run() -> float:
         """The plain run of the same selection, timed as the A/B runs are (a fresh process, warm
